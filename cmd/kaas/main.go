@@ -1,0 +1,199 @@
+// Command kaas runs kaas brokers: `kaas broker` runs one broker, `kaas dev`
+// a local cluster on one folder. Flags → Config → Run; no logic here.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kaas-dev/kaas/internal/broker"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "broker":
+		err = runBroker(os.Args[2:])
+	case "dev":
+		err = runDev(os.Args[2:])
+	case "-h", "--help", "help":
+		usage()
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "kaas: unknown command %q\n", os.Args[1])
+		usage()
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kaas:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `usage:
+  kaas broker --id N --data-dir DIR --listen HOST:PORT [--advertise HOST:PORT]
+  kaas dev [--data-dir DIR] [--port 9092]
+Run 'kaas <command> -h' for the flags; every flag also reads KAAS_<FLAG> from
+the environment (upper case, '-' as '_'), e.g. KAAS_DATA_DIR.
+`)
+}
+
+// flagSet returns a FlagSet whose flags default to KAAS_* environment
+// variables when set.
+type flagSet struct {
+	*flag.FlagSet
+}
+
+func newFlagSet(name string) flagSet { return flagSet{flag.NewFlagSet(name, flag.ContinueOnError)} }
+
+func envName(flagName string) string {
+	return "KAAS_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parse applies the environment first, then the command line.
+func (fs flagSet) parse(args []string) error {
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v, ok := os.LookupEnv(envName(f.Name)); ok && envErr == nil {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("%s=%q: %w", envName(f.Name), v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return envErr
+	}
+	return fs.Parse(args)
+}
+
+type commonFlags struct {
+	logFormat, logLevel string
+	autoCreate          bool
+	defaultPartitions   int
+	maxFrame            int
+}
+
+func (c *commonFlags) register(fs flagSet) {
+	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.BoolVar(&c.autoCreate, "auto-create-topics", false, "create unknown topics on Metadata and Produce")
+	fs.IntVar(&c.defaultPartitions, "default-partitions", 1, "partitions of auto-created topics and of CreateTopics with -1")
+	fs.IntVar(&c.maxFrame, "max-frame-bytes", 100<<20, "largest request frame accepted")
+}
+
+func (c *commonFlags) logger() (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch c.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", c.logFormat)
+}
+
+func (c *commonFlags) config(id int32, dataDir, listen, advertise string, log *slog.Logger) broker.Config {
+	return broker.Config{
+		ID: id, DataDir: dataDir, Listen: listen, Advertise: advertise,
+		AutoCreateTopics:  c.autoCreate,
+		DefaultPartitions: int32(c.defaultPartitions),
+		MaxFrame:          int32(c.maxFrame),
+		Logger:            log,
+	}
+}
+
+func runBroker(args []string) error {
+	fs := newFlagSet("broker")
+	var (
+		id                         int
+		dataDir, listen, advertise string
+		common                     commonFlags
+	)
+	fs.IntVar(&id, "id", -1, "broker node id (required, >= 0)")
+	fs.StringVar(&dataDir, "data-dir", "", "the shared volume (required)")
+	fs.StringVar(&listen, "listen", "127.0.0.1:9092", "address to listen on")
+	fs.StringVar(&advertise, "advertise", "", "address clients are told (default: the listen address)")
+	common.register(fs)
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if id < 0 || id > 1<<30 {
+		return errors.New("--id is required (a node id >= 0)")
+	}
+	if dataDir == "" {
+		return errors.New("--data-dir is required")
+	}
+	log, err := common.logger()
+	if err != nil {
+		return err
+	}
+	b, err := broker.New(common.config(int32(id), dataDir, listen, advertise, log))
+	if err != nil {
+		return err
+	}
+	return serveUntilSignal(log, b)
+}
+
+func runDev(args []string) error {
+	fs := newFlagSet("dev")
+	var (
+		dataDir string
+		port    int
+		common  commonFlags
+	)
+	fs.StringVar(&dataDir, "data-dir", "./kaas-data", "the local folder that plays the shared volume")
+	fs.IntVar(&port, "port", 9092, "port of the first broker")
+	common.register(fs)
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	log, err := common.logger()
+	if err != nil {
+		return err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	b, err := broker.New(common.config(0, dataDir, addr, addr, log))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("kaas dev: bootstrap servers %s (data in %s); Ctrl-C stops\n", addr, dataDir)
+	return serveUntilSignal(log, b)
+}
+
+// serveUntilSignal serves until SIGINT/SIGTERM, then shuts down gracefully.
+func serveUntilSignal(log *slog.Logger, b *broker.Broker) error {
+	if err := b.Listen(); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- b.Serve() }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return b.Close(sctx)
+}

@@ -1,0 +1,148 @@
+package broker
+
+// Produce: versions 3-11. acks=-1 answers after the fsync that covers the
+// batch; acks=1 after the write; acks=0 sends no response. Both 0 and 1 ask
+// the partition's flusher to sync soon, which advances the high watermark.
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-dev/kaas/internal/storage"
+	"github.com/kaas-dev/kaas/internal/wire"
+)
+
+// storageError maps storage and broker errors to Kafka error codes.
+func storageError(err error) *kerr.Error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errUnknownTopic):
+		return kerr.UnknownTopicOrPartition
+	case errors.Is(err, errNotLeader), errors.Is(err, storage.ErrFenced), errors.Is(err, storage.ErrClosed):
+		return kerr.NotLeaderForPartition
+	case errors.Is(err, errNoLeader):
+		return kerr.LeaderNotAvailable
+	case errors.Is(err, storage.ErrCorrupt):
+		return kerr.CorruptMessage
+	case errors.Is(err, storage.ErrInvalidRecord):
+		return kerr.InvalidRecord
+	case errors.Is(err, storage.ErrTooLarge):
+		return kerr.MessageTooLarge
+	case errors.Is(err, storage.ErrOutOfOrderSequence):
+		return kerr.OutOfOrderSequenceNumber
+	case errors.Is(err, storage.ErrInvalidProducerEpoch):
+		return kerr.InvalidProducerEpoch
+	case errors.Is(err, storage.ErrUnsupportedMagic):
+		return kerr.UnsupportedForMessageFormat
+	case errors.Is(err, storage.ErrOffsetOutOfRange):
+		return kerr.OffsetOutOfRange
+	default:
+		return kerr.KafkaStorageError
+	}
+}
+
+func (b *Broker) handleProduce(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
+	r := req.Body.(*kmsg.ProduceRequest)
+	resp := r.ResponseKind().(*kmsg.ProduceResponse)
+	type synced struct {
+		p   *partition
+		out *kmsg.ProduceResponseTopicPartition
+	}
+	var toSync []synced
+	badAcks := r.Acks != 0 && r.Acks != 1 && r.Acks != -1
+	for _, rt := range r.Topics {
+		st := kmsg.NewProduceResponseTopic()
+		st.Topic = rt.Topic
+		st.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(rt.Partitions))
+		for i, rp := range rt.Partitions {
+			sp := &st.Partitions[i]
+			*sp = kmsg.NewProduceResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = -1, -1, -1
+			setErr := func(e *kerr.Error, msg string) {
+				sp.ErrorCode = e.Code
+				if msg != "" {
+					sp.ErrorMessage = &msg
+				}
+			}
+			switch {
+			case badAcks:
+				setErr(kerr.InvalidRequiredAcks, "")
+				continue
+			case r.TransactionID != nil:
+				// Transactional produce is served once transactions land;
+				// storing the batch as plain data would be wrong.
+				setErr(kerr.TransactionalIDAuthorizationFailed, "transactions are not served by this broker yet")
+				continue
+			}
+			if _, ok := b.topics.Get(rt.Topic); !ok && b.cfg.AutoCreateTopics {
+				if _, err := b.autoCreate(rt.Topic); err != nil {
+					c.log.Warn("auto-creating topic failed", "topic", rt.Topic, "err", err)
+				}
+			}
+			p, err := b.partitionFor(rt.Topic, rp.Partition)
+			if err != nil {
+				if e := storageError(err); e == kerr.KafkaStorageError {
+					b.log.Error("produce: opening partition failed", "topic", rt.Topic, "partition", rp.Partition, "err", err)
+				}
+				setErr(storageError(err), "")
+				continue
+			}
+			t, _ := b.topics.Get(rt.Topic)
+			res, err := p.log.Append(rp.Records, storage.AppendOptions{
+				LogAppendTime: t != nil && t.String("message.timestamp.type", "CreateTime") == "LogAppendTime",
+			})
+			if err != nil {
+				e := storageError(err)
+				if e == kerr.KafkaStorageError {
+					b.log.Error("produce: append failed", "topic", rt.Topic, "partition", rp.Partition, "err", err)
+				} else {
+					c.log.Info("produce refused", "topic", rt.Topic, "partition", rp.Partition, "error", e.Message, "err", err)
+				}
+				setErr(e, err.Error())
+				continue
+			}
+			sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = res.BaseOffset, res.LogAppendTime, res.LogStartOffset
+			if r.Acks == -1 {
+				toSync = append(toSync, synced{p, sp})
+			} else {
+				p.flushSoon()
+			}
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	if r.Acks == 0 {
+		return func() kmsg.Response { return nil }
+	}
+	if len(toSync) == 0 {
+		return now(resp)
+	}
+	return func() kmsg.Response {
+		// One Sync per partition, all partitions in parallel; each log
+		// coalesces concurrent callers into one fsync.
+		var wg sync.WaitGroup
+		for _, s := range toSync {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := s.p.log.Sync(); err != nil {
+					e := storageError(err)
+					if e == kerr.KafkaStorageError {
+						b.log.Error("produce: sync failed", "topic", s.p.topic, "partition", s.p.index, "err", err)
+					}
+					s.out.ErrorCode = e.Code
+					msg := err.Error()
+					s.out.ErrorMessage = &msg
+					s.out.BaseOffset = -1
+				}
+			}()
+		}
+		wg.Wait()
+		return resp
+	}
+}

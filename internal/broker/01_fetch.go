@@ -1,0 +1,179 @@
+package broker
+
+// Fetch: versions 4-16, without fetch sessions (KIP-227 lets a broker decline
+// them: every response carries session id 0, so clients send full fetches).
+// A long poll waits until min bytes are available, max wait passes, or an
+// error is ready. Topic ids at v13+.
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-dev/kaas/internal/storage"
+	"github.com/kaas-dev/kaas/internal/topics"
+	"github.com/kaas-dev/kaas/internal/wire"
+)
+
+// notifier wakes every waiter when any led partition's high watermark moves.
+type notifier struct {
+	mu sync.Mutex // guards ch
+	ch chan struct{}
+}
+
+func (n *notifier) wait() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch == nil {
+		n.ch = make(chan struct{})
+	}
+	return n.ch
+}
+
+func (n *notifier) broadcast() {
+	n.mu.Lock()
+	if n.ch != nil {
+		close(n.ch)
+		n.ch = nil
+	}
+	n.mu.Unlock()
+}
+
+func (b *Broker) handleFetch(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
+	r := req.Body.(*kmsg.FetchRequest)
+	resp := r.ResponseKind().(*kmsg.FetchResponse)
+	if r.Version >= 7 {
+		switch {
+		case r.SessionID != 0:
+			resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
+			return now(resp)
+		case r.SessionEpoch != 0 && r.SessionEpoch != -1:
+			resp.ErrorCode = kerr.InvalidFetchSessionEpoch.Code
+			return now(resp)
+		}
+	}
+	return func() kmsg.Response {
+		wait := time.Duration(r.MaxWaitMillis) * time.Millisecond
+		deadline := time.Now().Add(wait)
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		for {
+			woken := b.hw.wait() // taken before reading, so no advance is missed
+			resp, size, errs := b.fetchOnce(r)
+			if size >= int(r.MinBytes) || errs || r.MaxWaitMillis <= 0 || !time.Now().Before(deadline) {
+				return resp
+			}
+			select {
+			case <-woken:
+			case <-timer.C:
+				resp, _, _ = b.fetchOnce(r)
+				return resp
+			case <-ctx.Done():
+				return resp
+			}
+		}
+	}
+}
+
+// fetchOnce builds a response from what the logs hold now. It reports the
+// bytes returned and whether any partition carries an error.
+func (b *Broker) fetchOnce(r *kmsg.FetchRequest) (*kmsg.FetchResponse, int, bool) {
+	resp := r.ResponseKind().(*kmsg.FetchResponse)
+	total := 0
+	maxBytes := int(r.MaxBytes)
+	if maxBytes <= 0 {
+		maxBytes = 1 << 30
+	}
+	anyErr := false
+	for _, rt := range r.Topics {
+		st := kmsg.NewFetchResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		var t *topics.Topic
+		var ok bool
+		topicErr := kerr.UnknownTopicOrPartition
+		if r.Version >= 13 {
+			t, ok = b.topics.ByID(rt.TopicID)
+			topicErr = kerr.UnknownTopicID
+		} else {
+			t, ok = b.topics.Get(rt.Topic)
+		}
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewFetchResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.RecordBatches = []byte{} // Kafka sends empty, not null, records
+			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = -1, -1, -1
+			sp.PreferredReadReplica = -1
+			fail := func(e *kerr.Error) {
+				sp.ErrorCode = e.Code
+				anyErr = true
+				st.Partitions = append(st.Partitions, sp)
+			}
+			if !ok {
+				fail(topicErr)
+				continue
+			}
+			p, err := b.partitionFor(t.Name, rp.Partition)
+			if err != nil {
+				if storageError(err) == kerr.KafkaStorageError {
+					b.log.Error("fetch: opening partition failed", "topic", t.Name, "partition", rp.Partition, "err", err)
+				}
+				fail(storageError(err))
+				continue
+			}
+			if e := checkLeaderEpoch(rp.CurrentLeaderEpoch, p.epoch); e != nil {
+				fail(e)
+				continue
+			}
+			hw := p.log.HighWatermark()
+			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = hw, hw, p.log.LogStartOffset()
+			if r.IsolationLevel == 1 {
+				sp.AbortedTransactions = []kmsg.FetchResponseTopicPartitionAbortedTransaction{}
+			}
+			limit := int(rp.PartitionMaxBytes)
+			if rem := maxBytes - total; rem < limit {
+				limit = rem
+			}
+			if limit <= 0 && total > 0 {
+				st.Partitions = append(st.Partitions, sp)
+				continue
+			}
+			data, err := p.log.Read(rp.FetchOffset, max(limit, 0), total == 0)
+			if err != nil {
+				if errors.Is(err, storage.ErrOffsetOutOfRange) {
+					fail(kerr.OffsetOutOfRange)
+					continue
+				}
+				if storageError(err) == kerr.KafkaStorageError {
+					b.log.Error("fetch: read failed", "topic", t.Name, "partition", rp.Partition, "err", err)
+				}
+				fail(storageError(err))
+				continue
+			}
+			if data != nil {
+				sp.RecordBatches = data
+			}
+			total += len(data)
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp, total, anyErr
+}
+
+// checkLeaderEpoch applies KIP-320: a client epoch older than the leader's
+// is fenced, a newer one is unknown to this leader; -1 skips the check.
+func checkLeaderEpoch(client, leader int32) *kerr.Error {
+	switch {
+	case client < 0:
+		return nil
+	case client < leader:
+		return kerr.FencedLeaderEpoch
+	case client > leader:
+		return kerr.UnknownLeaderEpoch
+	}
+	return nil
+}

@@ -1,0 +1,131 @@
+package broker
+
+// Metadata: versions 0-12. A null topic list (v1+) or an empty one at v0
+// means every topic; v10+ may name topics by id.
+
+import (
+	"context"
+	"errors"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-dev/kaas/internal/topics"
+	"github.com/kaas-dev/kaas/internal/wire"
+)
+
+func (b *Broker) handleMetadata(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
+	r := req.Body.(*kmsg.MetadataRequest)
+	resp := r.ResponseKind().(*kmsg.MetadataResponse)
+	cid := b.clusterID
+	resp.ClusterID = &cid
+	resp.ControllerID = b.cfg.Cluster.ControllerID()
+	for _, bi := range b.cfg.Cluster.Brokers() {
+		mb := kmsg.NewMetadataResponseBroker()
+		mb.NodeID, mb.Host, mb.Port = bi.NodeID, bi.Host, bi.Port
+		if bi.Rack != "" {
+			rack := bi.Rack
+			mb.Rack = &rack
+		}
+		resp.Brokers = append(resp.Brokers, mb)
+	}
+	all := r.Topics == nil || (r.Version == 0 && len(r.Topics) == 0)
+	if all {
+		for _, t := range b.topics.All() {
+			resp.Topics = append(resp.Topics, b.metadataTopic(t))
+		}
+		return now(resp)
+	}
+	autoCreate := b.cfg.AutoCreateTopics && (r.Version < 4 || r.AllowAutoTopicCreation)
+	for _, rt := range r.Topics {
+		var t *topics.Topic
+		var ok bool
+		if rt.Topic == nil || *rt.Topic == "" {
+			if rt.TopicID == ([16]byte{}) {
+				mt := kmsg.NewMetadataResponseTopic()
+				mt.ErrorCode = kerr.InvalidTopicException.Code
+				resp.Topics = append(resp.Topics, mt)
+				continue
+			}
+			if t, ok = b.topics.ByID(rt.TopicID); !ok {
+				mt := kmsg.NewMetadataResponseTopic()
+				mt.TopicID = rt.TopicID
+				mt.ErrorCode = kerr.UnknownTopicID.Code
+				resp.Topics = append(resp.Topics, mt)
+				continue
+			}
+			resp.Topics = append(resp.Topics, b.metadataTopic(t))
+			continue
+		}
+		name := *rt.Topic
+		mt := kmsg.NewMetadataResponseTopic()
+		mt.Topic = &name
+		if err := topics.ValidateName(name); err != nil {
+			mt.ErrorCode = kerr.InvalidTopicException.Code
+			resp.Topics = append(resp.Topics, mt)
+			continue
+		}
+		if t, ok = b.topics.Get(name); !ok && autoCreate {
+			var err error
+			t, err = b.autoCreate(name)
+			if err != nil {
+				c.log.Warn("auto-creating topic failed", "topic", name, "err", err)
+			}
+			ok = t != nil
+			if ok {
+				// Kafka answers the creating request with
+				// LEADER_NOT_AVAILABLE; clients retry at once.
+				mt.ErrorCode = kerr.LeaderNotAvailable.Code
+				mt.TopicID = t.ID
+				resp.Topics = append(resp.Topics, mt)
+				continue
+			}
+		}
+		if !ok {
+			mt.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			resp.Topics = append(resp.Topics, mt)
+			continue
+		}
+		resp.Topics = append(resp.Topics, b.metadataTopic(t))
+	}
+	return now(resp)
+}
+
+// autoCreate creates a topic with the broker defaults; a concurrent creation
+// by another broker counts as success.
+func (b *Broker) autoCreate(name string) (*topics.Topic, error) {
+	t, err := b.topics.Create(name, b.cfg.DefaultPartitions, nil, false)
+	if errors.Is(err, topics.ErrExists) {
+		t, ok := b.topics.Get(name)
+		if ok {
+			return t, nil
+		}
+	}
+	if err == nil {
+		b.log.Info("topic auto-created", "topic", name, "partitions", t.Partitions)
+	}
+	return t, err
+}
+
+func (b *Broker) metadataTopic(t *topics.Topic) kmsg.MetadataResponseTopic {
+	mt := kmsg.NewMetadataResponseTopic()
+	name := t.Name
+	mt.Topic = &name
+	mt.TopicID = t.ID
+	for i := int32(0); i < t.Partitions; i++ {
+		mp := kmsg.NewMetadataResponseTopicPartition()
+		mp.Partition = i
+		node, epoch, ok := b.cfg.Cluster.Leader(t.Name, i)
+		if !ok {
+			mp.ErrorCode = kerr.LeaderNotAvailable.Code
+			mp.Leader = -1
+			mp.LeaderEpoch = -1
+			mp.Replicas, mp.ISR = []int32{}, []int32{}
+		} else {
+			mp.Leader, mp.LeaderEpoch = node, epoch
+			mp.Replicas, mp.ISR = []int32{node}, []int32{node}
+		}
+		mt.Partitions = append(mt.Partitions, mp)
+	}
+	return mt
+}

@@ -1,0 +1,121 @@
+package broker
+
+// CreateTopics: versions 0-7. Replication factor -1 or 1 only: the shared
+// volume is the replication. Any broker may create (the registry's exclusive
+// create settles races between brokers).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-dev/kaas/internal/topics"
+	"github.com/kaas-dev/kaas/internal/wire"
+)
+
+func (b *Broker) handleCreateTopics(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
+	r := req.Body.(*kmsg.CreateTopicsRequest)
+	resp := r.ResponseKind().(*kmsg.CreateTopicsResponse)
+	seen := map[string]int{}
+	for _, rt := range r.Topics {
+		seen[rt.Topic]++
+	}
+	for _, rt := range r.Topics {
+		st := kmsg.NewCreateTopicsResponseTopic()
+		st.Topic = rt.Topic
+		fail := func(code *kerr.Error, msg string) {
+			st.ErrorCode = code.Code
+			st.ErrorMessage = &msg
+			st.NumPartitions, st.ReplicationFactor = -1, -1
+			c.log.Info("CreateTopics refused", "topic", rt.Topic, "error", code.Message, "why", msg)
+		}
+		if seen[rt.Topic] > 1 {
+			fail(kerr.InvalidRequest, "topic named more than once in one request")
+			resp.Topics = append(resp.Topics, st)
+			continue
+		}
+		n := rt.NumPartitions
+		if len(rt.ReplicaAssignment) > 0 {
+			if n != -1 || rt.ReplicationFactor != -1 {
+				fail(kerr.InvalidRequest, "replica assignment given with a partition count or replication factor")
+				resp.Topics = append(resp.Topics, st)
+				continue
+			}
+			n = int32(len(rt.ReplicaAssignment))
+		}
+		if n == -1 {
+			n = b.cfg.DefaultPartitions
+		}
+		if rt.ReplicationFactor != -1 && rt.ReplicationFactor != 1 {
+			fail(kerr.InvalidReplicationFactor, fmt.Sprintf("replication factor %d: kaas brokers share one volume, use 1 or -1", rt.ReplicationFactor))
+			resp.Topics = append(resp.Topics, st)
+			continue
+		}
+		configs := map[string]string{}
+		for _, cfg := range rt.Configs {
+			if cfg.Value == nil {
+				continue
+			}
+			configs[cfg.Name] = *cfg.Value
+		}
+		if len(configs) == 0 {
+			configs = nil
+		}
+		t, err := b.topics.Create(rt.Topic, n, configs, r.ValidateOnly)
+		if err != nil {
+			switch {
+			case errors.Is(err, topics.ErrExists):
+				fail(kerr.TopicAlreadyExists, err.Error())
+			case errors.Is(err, topics.ErrInvalidName):
+				fail(kerr.InvalidTopicException, err.Error())
+			case errors.Is(err, topics.ErrInvalidCount):
+				fail(kerr.InvalidPartitions, err.Error())
+			case errors.Is(err, topics.ErrInvalidConfig):
+				fail(kerr.InvalidConfig, err.Error())
+			default:
+				b.log.Error("creating topic failed", "topic", rt.Topic, "err", err)
+				fail(kerr.UnknownServerError, err.Error())
+			}
+			resp.Topics = append(resp.Topics, st)
+			continue
+		}
+		if !r.ValidateOnly {
+			b.log.Info("topic created", "topic", t.Name, "partitions", t.Partitions, "id", t.ID.String())
+			st.TopicID = t.ID
+		}
+		st.NumPartitions, st.ReplicationFactor = t.Partitions, 1
+		st.Configs = b.describeTopicConfigs(t)
+		resp.Topics = append(resp.Topics, st)
+	}
+	return now(resp)
+}
+
+// describeTopicConfigs lists the configs kaas acts on, with their source.
+func (b *Broker) describeTopicConfigs(t *topics.Topic) []kmsg.CreateTopicsResponseTopicConfig {
+	defaults := []struct{ name, value string }{
+		{"cleanup.policy", "delete"},
+		{"max.message.bytes", strconv.Itoa(int(b.cfg.DefaultMaxMessageBytes))},
+		{"message.timestamp.type", "CreateTime"},
+		{"retention.bytes", strconv.FormatInt(b.cfg.DefaultRetentionBytes, 10)},
+		{"retention.ms", strconv.FormatInt(b.cfg.DefaultRetentionMs, 10)},
+		{"segment.bytes", strconv.FormatInt(b.cfg.DefaultSegmentBytes, 10)},
+	}
+	var out []kmsg.CreateTopicsResponseTopicConfig
+	for _, d := range defaults {
+		cfg := kmsg.NewCreateTopicsResponseTopicConfig()
+		cfg.Name = d.name
+		v := d.value
+		cfg.Source = int8(kmsg.ConfigSourceDefaultConfig)
+		if set, ok := t.Configs[d.name]; ok {
+			v = set
+			cfg.Source = int8(kmsg.ConfigSourceDynamicTopicConfig)
+		}
+		cfg.Value = &v
+		out = append(out, cfg)
+	}
+	return out
+}

@@ -1,0 +1,456 @@
+// Package broker owns the Kafka protocol server of one kaas broker: the
+// listener, per-connection ordering, dispatch to one handler per API (files
+// named by API key), and the partitions this broker leads. It builds on
+// internal/wire, internal/topics and internal/storage, and learns the cluster
+// (brokers, leaders, controller) through the Cluster interface so that it does
+// not import the cluster runtime.
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/kaas-dev/kaas/internal/fsutil"
+	"github.com/kaas-dev/kaas/internal/storage"
+	"github.com/kaas-dev/kaas/internal/topics"
+	"github.com/kaas-dev/kaas/internal/wire"
+)
+
+// Config configures one broker. Zero values take the documented defaults.
+type Config struct {
+	ID        int32  // Kafka node id
+	DataDir   string // the shared volume
+	Listen    string // host:port to listen on
+	Advertise string // host:port clients are told; default: the listener's address
+	Rack      string
+
+	MaxFrame               int32         // largest request frame; default wire.DefaultMaxFrame
+	AutoCreateTopics       bool          // create unknown topics on Metadata/Produce (default off)
+	DefaultPartitions      int32         // partitions of auto-created topics; default 1
+	DefaultRetentionMs     int64         // default 7 days; -1 forever
+	DefaultRetentionBytes  int64         // default -1
+	DefaultMaxMessageBytes int32         // default 1048588
+	DefaultSegmentBytes    int64         // default 128 MiB
+	RetentionCheck         time.Duration // how often retention runs; default 1 min
+	MaxInFlight            int           // pipelined requests per connection; default 64
+
+	Logger *slog.Logger
+	// Cluster is the broker's view of the cluster. Nil runs a single broker
+	// that leads every partition.
+	Cluster Cluster
+}
+
+func (c *Config) setDefaults() {
+	if c.MaxFrame <= 0 {
+		c.MaxFrame = wire.DefaultMaxFrame
+	}
+	if c.DefaultPartitions <= 0 {
+		c.DefaultPartitions = 1
+	}
+	if c.DefaultRetentionMs == 0 {
+		c.DefaultRetentionMs = 7 * 24 * time.Hour.Milliseconds()
+	}
+	if c.DefaultRetentionBytes == 0 {
+		c.DefaultRetentionBytes = -1
+	}
+	if c.DefaultMaxMessageBytes <= 0 {
+		c.DefaultMaxMessageBytes = 1048588
+	}
+	if c.DefaultSegmentBytes <= 0 {
+		c.DefaultSegmentBytes = 128 << 20
+	}
+	if c.RetentionCheck <= 0 {
+		c.RetentionCheck = time.Minute
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = 64
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// BrokerInfo is one broker as clients see it in Metadata.
+type BrokerInfo struct {
+	NodeID int32
+	Host   string
+	Port   int32
+	Rack   string
+}
+
+// Cluster is what the broker needs to know about the other brokers.
+type Cluster interface {
+	// Brokers lists the brokers clients may connect to (alive ones).
+	Brokers() []BrokerInfo
+	// ControllerID is the node id of the controller, or -1.
+	ControllerID() int32
+	// Leader returns the leader of a partition and its leader epoch.
+	Leader(topic string, partition int32) (node int32, epoch int32, ok bool)
+}
+
+// single is the Cluster of a broker running alone: it leads everything.
+type single struct{ b *Broker }
+
+func (s single) Brokers() []BrokerInfo { return []BrokerInfo{s.b.self()} }
+func (s single) ControllerID() int32   { return s.b.cfg.ID }
+func (s single) Leader(string, int32) (int32, int32, bool) {
+	return s.b.cfg.ID, 0, true
+}
+
+// Broker is one kaas broker.
+type Broker struct {
+	cfg       Config
+	log       *slog.Logger
+	topics    *topics.Registry
+	clusterID string
+	pids      *pidAllocator
+
+	srvMu sync.Mutex // guards srv
+	srv   *server
+
+	partMu sync.Mutex // guards parts
+	parts  map[tp]*partition
+	hw     notifier // wakes long-polling fetches when a high watermark moves
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // background goroutines owned by the broker
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// New opens the broker's state on the data dir. Call Serve to accept clients.
+func New(cfg Config) (*Broker, error) {
+	cfg.setDefaults()
+	if cfg.DataDir == "" {
+		return nil, errors.New("broker: data dir is required")
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "__cluster"), 0o755); err != nil {
+		return nil, fmt.Errorf("broker: data dir: %w", err)
+	}
+	log := cfg.Logger.With("broker", cfg.ID)
+	reg, err := topics.Open(cfg.DataDir, log)
+	if err != nil {
+		return nil, err
+	}
+	cid, err := clusterID(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &Broker{
+		cfg: cfg, log: log, topics: reg, clusterID: cid,
+		pids:  newPIDAllocator(filepath.Join(cfg.DataDir, "__cluster", "producer-ids"), cfg.ID),
+		parts: map[tp]*partition{},
+		ctx:   ctx, cancel: cancel,
+	}
+	if b.cfg.Cluster == nil {
+		b.cfg.Cluster = single{b}
+	}
+	b.wg.Add(1)
+	go b.housekeeping()
+	return b, nil
+}
+
+// Topics exposes the topic registry (for the cluster runtime and tests).
+func (b *Broker) Topics() *topics.Registry { return b.topics }
+
+// ClusterID is the id shared by every broker on the volume.
+func (b *Broker) ClusterID() string { return b.clusterID }
+
+// clusterID reads or creates <data>/__cluster/cluster.json.
+func clusterID(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, "__cluster", "cluster.json")
+	var f struct {
+		ClusterID string `json:"clusterId"`
+	}
+	for range 3 {
+		data, err := os.ReadFile(path)
+		if err == nil {
+			if err := json.Unmarshal(data, &f); err != nil || f.ClusterID == "" {
+				return "", fmt.Errorf("broker: %s is unreadable: %v", path, err)
+			}
+			return f.ClusterID, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("broker: cluster id: %w", err)
+		}
+		var id [16]byte
+		_, _ = rand.Read(id[:])
+		f.ClusterID = "kaas-" + hex.EncodeToString(id[:8])
+		data, _ = json.Marshal(f)
+		if err := fsutil.CreateExclusive(path, data); err != nil && !errors.Is(err, fs.ErrExist) {
+			return "", fmt.Errorf("broker: cluster id: %w", err)
+		}
+	}
+	return "", fmt.Errorf("broker: cluster id: %s keeps vanishing", path)
+}
+
+func (b *Broker) self() BrokerInfo {
+	host, port := "127.0.0.1", int32(9092)
+	addr := b.cfg.Advertise
+	if addr == "" {
+		addr = b.Addr()
+	}
+	if h, p, err := splitHostPort(addr); err == nil {
+		host, port = h, p
+	}
+	return BrokerInfo{NodeID: b.cfg.ID, Host: host, Port: port, Rack: b.cfg.Rack}
+}
+
+// housekeeping runs retention and the topic registry refresh until Close.
+// Runs on its own goroutine, owned by the broker.
+func (b *Broker) housekeeping() {
+	defer b.wg.Done()
+	retention := time.NewTicker(b.cfg.RetentionCheck)
+	defer retention.Stop()
+	refresh := time.NewTicker(time.Second)
+	defer refresh.Stop()
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-refresh.C:
+			if err := b.topics.Refresh(); err != nil {
+				b.log.Warn("topic registry refresh failed", "err", err)
+			}
+			b.dropStalePartitions()
+		case <-retention.C:
+			b.enforceRetention()
+		}
+	}
+}
+
+func (b *Broker) enforceRetention() {
+	b.partMu.Lock()
+	ps := make([]*partition, 0, len(b.parts))
+	for _, p := range b.parts {
+		ps = append(ps, p)
+	}
+	b.partMu.Unlock()
+	for _, p := range ps {
+		if !p.deletes {
+			continue
+		}
+		n, err := p.log.EnforceRetention()
+		if err != nil {
+			b.log.Warn("retention failed", "topic", p.topic, "partition", p.index, "err", err)
+		} else if n > 0 {
+			b.log.Info("retention deleted segments", "topic", p.topic, "partition", p.index, "segments", n)
+		}
+	}
+}
+
+// Close stops the broker: the listener (if serving) shuts down gracefully
+// within ctx, then every partition log is closed. Later calls return the
+// first call's result.
+func (b *Broker) Close(ctx context.Context) error {
+	b.closeOnce.Do(func() { b.closeErr = b.close(ctx) })
+	return b.closeErr
+}
+
+func (b *Broker) close(ctx context.Context) error {
+	b.srvMu.Lock()
+	srv := b.srv
+	b.srvMu.Unlock()
+	var err error
+	if srv != nil {
+		err = srv.shutdown(ctx)
+	}
+	b.cancel()
+	b.wg.Wait()
+	b.partMu.Lock()
+	parts := b.parts
+	b.parts = map[tp]*partition{}
+	b.partMu.Unlock()
+	for _, p := range parts {
+		if cerr := p.close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// partition is an open log this broker leads.
+type partition struct {
+	topic   string
+	index   int32
+	topicID topics.ID
+	epoch   int32
+	deletes bool
+	log     *storage.Log
+
+	kick chan struct{} // asks the flusher to Sync
+	done chan struct{} // closed when the flusher has stopped
+	stop chan struct{}
+}
+
+// flusher syncs the log soon after acks=0/1 appends so that the high
+// watermark advances without a waiting producer, and wakes long-polling
+// fetches when the high watermark moves. Runs on its own goroutine, owned by
+// the partition.
+func (p *partition) flusher(log *slog.Logger, hw *notifier) {
+	defer close(p.done)
+	for {
+		advanced := p.log.Wait()
+		select {
+		case <-p.stop:
+			return
+		case <-advanced:
+			hw.broadcast()
+		case <-p.kick:
+			if err := p.log.Sync(); err != nil && !errors.Is(err, storage.ErrClosed) {
+				log.Warn("background sync failed", "topic", p.topic, "partition", p.index, "err", err)
+			}
+		}
+	}
+}
+
+func (p *partition) flushSoon() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (p *partition) close() error {
+	close(p.stop)
+	<-p.done
+	return p.log.Close()
+}
+
+var (
+	errUnknownTopic = errors.New("unknown topic or partition")
+	errNotLeader    = errors.New("not the leader")
+	errNoLeader     = errors.New("leader not available")
+)
+
+// partitionFor returns the open log of a partition this broker leads,
+// opening it (taking it over with the current leader epoch) on first use.
+func (b *Broker) partitionFor(topic string, idx int32) (*partition, error) {
+	t, ok := b.topics.Get(topic)
+	if !ok || idx < 0 || idx >= t.Partitions {
+		return nil, errUnknownTopic
+	}
+	node, epoch, ok := b.cfg.Cluster.Leader(topic, idx)
+	if !ok {
+		return nil, errNoLeader
+	}
+	if node != b.cfg.ID {
+		return nil, errNotLeader
+	}
+	key := tp{topic, idx}
+	b.partMu.Lock()
+	defer b.partMu.Unlock()
+	if p, ok := b.parts[key]; ok {
+		if p.epoch == epoch && p.topicID == t.ID {
+			return p, nil
+		}
+		delete(b.parts, key)
+		if err := p.close(); err != nil {
+			b.log.Warn("closing partition failed", "topic", topic, "partition", idx, "err", err)
+		}
+	}
+	opts := b.logOptions(t, epoch)
+	l, err := storage.Open(partitionDir(b.cfg.DataDir, topic, idx), opts)
+	if err != nil {
+		return nil, fmt.Errorf("open %s/%d: %w", topic, idx, err)
+	}
+	p := &partition{
+		topic: topic, index: idx, topicID: t.ID, epoch: epoch, deletes: t.Deletes(), log: l,
+		kick: make(chan struct{}, 1), done: make(chan struct{}), stop: make(chan struct{}),
+	}
+	go p.flusher(b.log, &b.hw)
+	b.parts[key] = p
+	b.log.Info("partition opened", "topic", topic, "partition", idx, "epoch", epoch,
+		"end_offset", l.EndOffset(), "log_start", l.LogStartOffset())
+	return p, nil
+}
+
+func (b *Broker) logOptions(t *topics.Topic, epoch int32) storage.Options {
+	return storage.Options{
+		SegmentBytes:    t.Int64("segment.bytes", b.cfg.DefaultSegmentBytes),
+		RetentionMs:     t.Int64("retention.ms", b.cfg.DefaultRetentionMs),
+		RetentionBytes:  t.Int64("retention.bytes", b.cfg.DefaultRetentionBytes),
+		MaxMessageBytes: int32(t.Int64("max.message.bytes", int64(b.cfg.DefaultMaxMessageBytes))),
+		LeaderEpoch:     epoch,
+		Logger:          b.log,
+	}
+}
+
+// dropStalePartitions closes logs of deleted topics and of partitions this
+// broker no longer leads.
+func (b *Broker) dropStalePartitions() {
+	b.partMu.Lock()
+	var stale []*partition
+	for key, p := range b.parts {
+		t, ok := b.topics.Get(key.topic)
+		node, epoch, lok := b.cfg.Cluster.Leader(key.topic, key.partition)
+		if ok && t.ID == p.topicID && lok && node == b.cfg.ID && epoch == p.epoch {
+			continue
+		}
+		delete(b.parts, key)
+		stale = append(stale, p)
+	}
+	b.partMu.Unlock()
+	for _, p := range stale {
+		b.log.Info("partition closed: no longer led here", "topic", p.topic, "partition", p.index, "epoch", p.epoch)
+		if err := p.close(); err != nil {
+			b.log.Warn("closing partition failed", "topic", p.topic, "partition", p.index, "err", err)
+		}
+	}
+}
+
+// removeTopicData closes this broker's logs of a deleted topic and removes
+// its directory from the volume.
+func (b *Broker) removeTopicData(t *topics.Topic) error {
+	b.partMu.Lock()
+	var open []*partition
+	for key, p := range b.parts {
+		if key.topic == t.Name {
+			delete(b.parts, key)
+			open = append(open, p)
+		}
+	}
+	b.partMu.Unlock()
+	for _, p := range open {
+		if err := p.close(); err != nil {
+			b.log.Warn("closing partition failed", "topic", p.topic, "partition", p.index, "err", err)
+		}
+	}
+	dir := filepath.Join(b.cfg.DataDir, t.Name)
+	// Move the directory aside first so that a topic re-created under the
+	// same name starts from an empty directory at once.
+	trash := filepath.Join(b.cfg.DataDir, "__cluster", "deleted", t.Name+"-"+t.ID.String())
+	if err := os.MkdirAll(filepath.Dir(trash), 0o755); err != nil {
+		return err
+	}
+	if err := os.Rename(dir, trash); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	return os.RemoveAll(trash)
+}
+
+func partitionDir(dataDir, topic string, idx int32) string {
+	return filepath.Join(dataDir, topic, strconv.Itoa(int(idx)))
+}

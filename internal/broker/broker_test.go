@@ -1,0 +1,336 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-dev/kaas/internal/wire"
+)
+
+func TestHandlersMatchVersionTable(t *testing.T) {
+	for _, k := range wire.Keys() {
+		if handlers[k] == nil {
+			t.Errorf("%s is advertised but has no handler", wire.Name(k))
+		}
+	}
+	for k := range handlers {
+		if _, ok := wire.Supported(k); !ok {
+			t.Errorf("%s has a handler but is not advertised", wire.Name(k))
+		}
+	}
+}
+
+func TestProduceConsumeEveryCodecIdempotent(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	for _, codec := range []struct {
+		name string
+		c    kgo.CompressionCodec
+	}{
+		{"none", kgo.NoCompression()}, {"gzip", kgo.GzipCompression()}, {"snappy", kgo.SnappyCompression()},
+		{"lz4", kgo.Lz4Compression()}, {"zstd", kgo.ZstdCompression()},
+	} {
+		t.Run(codec.name, func(t *testing.T) {
+			topic := "codec-" + codec.name
+			cl := client(t, b, kgo.ProducerBatchCompression(codec.c)) // idempotence is franz-go's default
+			createTopic(t, cl, topic, 3, nil)
+			produceN(t, cl, topic, 300)
+			got := consume(t, b, topic, 300)
+			if len(got) != 300 {
+				t.Fatalf("got %d records", len(got))
+			}
+			seen := map[string]bool{}
+			for _, r := range got {
+				if seen[string(r.Value)] {
+					t.Fatalf("duplicate %s", r.Value)
+				}
+				seen[string(r.Value)] = true
+			}
+		})
+	}
+}
+
+func TestRestartReadsEverythingBack(t *testing.T) {
+	dir := t.TempDir()
+	b := startBroker(t, dir, nil)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	createTopic(t, cl, "durable", 2, nil)
+	produceN(t, cl, "durable", 500)
+	cl.Close()
+	stop(t, b)
+
+	b2 := startBroker(t, dir, nil)
+	got := consume(t, b2, "durable", 500)
+	if len(got) != 500 {
+		t.Fatalf("after restart: %d records", len(got))
+	}
+	// Appends continue after the recovered end.
+	produceN(t, client(t, b2), "durable", 10)
+	consume(t, b2, "durable", 510)
+}
+
+func TestCreateTopicsErrors(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	adm := kadm.NewClient(client(t, b))
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name       string
+		topic      string
+		partitions int32
+		rf         int16
+		configs    map[string]*string
+		want       error
+	}{
+		{"escape", "../escape", 1, 1, nil, kerr.InvalidTopicException},
+		{"slash", "a/b", 1, 1, nil, kerr.InvalidTopicException},
+		{"dot", ".", 1, 1, nil, kerr.InvalidTopicException},
+		{"reserved", "__cluster", 1, 1, nil, kerr.InvalidTopicException},
+		{"too long", string(make([]byte, 250)), 1, 1, nil, kerr.InvalidTopicException},
+		{"zero partitions", "zero", 0, 1, nil, kerr.InvalidPartitions},
+		{"rf 3", "rf3", 1, 3, nil, kerr.InvalidReplicationFactor},
+		{"unknown config", "cfg", 1, 1, map[string]*string{"no.such.config": kadm.StringPtr("1")}, kerr.InvalidConfig},
+		{"bad retention", "ret", 1, 1, map[string]*string{"retention.ms": kadm.StringPtr("soon")}, kerr.InvalidConfig},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := adm.CreateTopic(ctx, tc.partitions, tc.rf, tc.configs, tc.topic)
+			if err == nil {
+				err = resp.Err
+			}
+			if err != tc.want {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+	// Nothing escaped the data dir, and no topic was registered.
+	if _, err := os.Stat(filepath.Join(filepath.Dir(b.cfg.DataDir), "escape")); err == nil {
+		t.Fatal("a topic directory escaped the data dir")
+	}
+	if n := len(b.topics.All()); n != 0 {
+		t.Fatalf("%d topics registered by refused requests", n)
+	}
+	// Duplicate creation.
+	createTopic(t, client(t, b), "twice", 1, nil)
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "twice"); err != kerr.TopicAlreadyExists {
+		t.Fatalf("second create: %v", err)
+	}
+	// Validate-only writes nothing.
+	cl := client(t, b)
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.ValidateOnly = true
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "dry", 2, -1
+	req.Topics = append(req.Topics, rt)
+	cresp, err := req.RequestWith(ctx, cl)
+	if err != nil || cresp.Topics[0].ErrorCode != 0 {
+		t.Fatalf("validate only: %v %+v", err, cresp)
+	}
+	if _, ok := b.topics.Get("dry"); ok {
+		t.Fatal("validate-only created the topic")
+	}
+}
+
+func TestDeleteTopicRemovesDataAndRecreateStartsEmpty(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	cl := client(t, b)
+	createTopic(t, cl, "gone", 2, nil)
+	produceN(t, cl, "gone", 50)
+	adm := kadm.NewClient(cl)
+	ctx := context.Background()
+	resp, err := adm.DeleteTopics(ctx, "gone")
+	if err != nil || resp["gone"].Err != nil {
+		t.Fatalf("delete: %v %v", err, resp["gone"].Err)
+	}
+	if _, err := os.Stat(filepath.Join(b.cfg.DataDir, "gone")); !os.IsNotExist(err) {
+		t.Fatalf("data dir of deleted topic still there: %v", err)
+	}
+	resp, _ = adm.DeleteTopics(ctx, "gone")
+	if resp["gone"].Err != kerr.UnknownTopicOrPartition {
+		t.Fatalf("second delete: %v", resp["gone"].Err)
+	}
+	createTopic(t, cl, "gone", 2, nil)
+	offs, err := adm.ListEndOffsets(ctx, "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	offs.Each(func(o kadm.ListedOffset) {
+		if o.Offset != 0 {
+			t.Errorf("re-created topic partition %d ends at %d", o.Partition, o.Offset)
+		}
+	})
+}
+
+func TestListOffsets(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	cl := client(t, b, kgo.ProducerLinger(0))
+	createTopic(t, cl, "lo", 1, nil)
+	ctx := context.Background()
+	base := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	for i := range 10 {
+		r := &kgo.Record{Topic: "lo", Value: []byte("x"), Timestamp: base.Add(time.Duration(i) * time.Minute)}
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	adm := kadm.NewClient(cl)
+	start, _ := adm.ListStartOffsets(ctx, "lo")
+	end, _ := adm.ListEndOffsets(ctx, "lo")
+	if o, _ := start.Lookup("lo", 0); o.Offset != 0 {
+		t.Fatalf("start %d", o.Offset)
+	}
+	if o, _ := end.Lookup("lo", 0); o.Offset != 10 {
+		t.Fatalf("end %d", o.Offset)
+	}
+	at, err := adm.ListOffsetsAfterMilli(ctx, base.Add(4*time.Minute).UnixMilli(), "lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := at.Lookup("lo", 0); o.Offset != 4 {
+		t.Fatalf("offset for timestamp: %d", o.Offset)
+	}
+	after, _ := adm.ListOffsetsAfterMilli(ctx, time.Now().Add(time.Hour).UnixMilli(), "lo")
+	if o, _ := after.Lookup("lo", 0); o.Offset != 10 && o.Offset != -1 {
+		t.Fatalf("offset after last timestamp: %d", o.Offset)
+	}
+	// Max timestamp (-3).
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.SetVersion(7)
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = "lo"
+	rp := kmsg.NewListOffsetsRequestTopicPartition()
+	rp.Timestamp = -3
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := resp.Topics[0].Partitions[0]; p.Offset != 9 || p.Timestamp != base.Add(9*time.Minute).UnixMilli() {
+		t.Fatalf("max timestamp: offset %d ts %d", p.Offset, p.Timestamp)
+	}
+}
+
+func TestProduceErrors(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	cl := client(t, b)
+	createTopic(t, cl, "small", 1, map[string]*string{"max.message.bytes": kadm.StringPtr("1000")})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	big := make([]byte, 5000)
+	rand.Read(big) // incompressible: the batch stays over the limit
+	err := cl.ProduceSync(ctx, &kgo.Record{Topic: "small", Value: big}).FirstErr()
+	if !errors.Is(err, kerr.MessageTooLarge) {
+		t.Fatalf("oversize record: %v", err)
+	}
+	// Unknown topic without auto-creation.
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks = -1
+	req.TimeoutMillis = 1000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = "nope"
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = []byte{1, 2, 3}
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := resp.Topics[0].Partitions[0].ErrorCode; c != kerr.UnknownTopicOrPartition.Code {
+		t.Fatalf("unknown topic: %v", kerr.ErrorForCode(c))
+	}
+	// Garbage records on a real topic: corrupt, and nothing is stored.
+	req.Topics[0].Topic = "small"
+	resp, err = req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := resp.Topics[0].Partitions[0].ErrorCode; c != kerr.CorruptMessage.Code && c != kerr.InvalidRecord.Code {
+		t.Fatalf("garbage records: %v", kerr.ErrorForCode(c))
+	}
+}
+
+func TestAutoCreateTopics(t *testing.T) {
+	b := startBroker(t, t.TempDir(), func(c *Config) { c.AutoCreateTopics = true; c.DefaultPartitions = 3 })
+	cl := client(t, b, kgo.AllowAutoTopicCreation())
+	produceN(t, cl, "auto", 20)
+	tp, ok := b.topics.Get("auto")
+	if !ok || tp.Partitions != 3 {
+		t.Fatalf("auto-created topic: %+v %v", tp, ok)
+	}
+	off := startBroker(t, t.TempDir(), nil)
+	adm := kadm.NewClient(client(t, off))
+	md, err := adm.Metadata(context.Background(), "never")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md.Topics["never"].Err != kerr.UnknownTopicOrPartition {
+		t.Fatalf("auto-creation off: %v", md.Topics["never"].Err)
+	}
+}
+
+func TestFetchLongPollWakesOnProduce(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	cl := client(t, b)
+	createTopic(t, cl, "poll", 1, nil)
+	got := make(chan int, 1)
+	go func() {
+		c2, _ := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.ConsumeTopics("poll"), kgo.FetchMaxWait(5*time.Second))
+		defer c2.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		got <- len(c2.PollFetches(ctx).Records())
+	}()
+	time.Sleep(300 * time.Millisecond) // let the consumer park its fetch
+	start := time.Now()
+	produceN(t, cl, "poll", 1)
+	select {
+	case n := <-got:
+		if n != 1 {
+			t.Fatalf("got %d records", n)
+		}
+		if d := time.Since(start); d > 3*time.Second {
+			t.Fatalf("the parked fetch returned after %v, not when data arrived", d)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no records")
+	}
+}
+
+func TestMetadataListsTopicsAndBroker(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	cl := client(t, b)
+	for i := range 3 {
+		createTopic(t, cl, fmt.Sprintf("m%d", i), int32(i+1), nil)
+	}
+	md, err := kadm.NewClient(cl).Metadata(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for n, td := range md.Topics {
+		names = append(names, n)
+		for _, p := range td.Partitions {
+			if p.Leader != 0 || p.Err != nil {
+				t.Errorf("%s/%d: leader %d err %v", n, p.Partition, p.Leader, p.Err)
+			}
+		}
+	}
+	sort.Strings(names)
+	if fmt.Sprint(names) != "[m0 m1 m2]" || len(md.Brokers) != 1 || md.Cluster == "" {
+		t.Fatalf("metadata: %v brokers %v cluster %q", names, md.Brokers, md.Cluster)
+	}
+}

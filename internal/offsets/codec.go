@@ -1,0 +1,237 @@
+package offsets
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// The group file (docs/offsets.md, "File format"): compact JSON, one object.
+//
+//	{"group":"g1",
+//	 "offsets":{"orders/0":1042,"orders/1":977},
+//	 "metadata":{"orders/0":"consumer-1"},
+//	 "details":{"orders/0":[4,1723456789000,-1],"orders/1":[-1,1723456789000,-1]},
+//	 "fence":{"controller_epoch":3,"assignment_version":57}}
+//
+// Keys are "<topic>/<partition>", split at the last '/', the partition in canonical
+// decimal (no sign, no leading zero). "offsets" holds every committed offset;
+// "metadata" only non-empty metadata; "details" is [leader_epoch,
+// commit_timestamp_ms, expire_timestamp_ms] per key (defaults -1, 0, -1 when the
+// key or the field is absent); "group" is the group id (needed for hashed file
+// names); "fence" is the writer's assignment stamp. Every field but "offsets" may
+// be absent, and unknown fields are ignored. The encoder writes topics in byte
+// order and partitions ascending, so equal states encode to equal bytes.
+
+type fileFence struct {
+	ControllerEpoch   int64 `json:"controller_epoch"`
+	AssignmentVersion int64 `json:"assignment_version"`
+}
+
+type fileDoc struct {
+	Group    *string            `json:"group"`
+	Offsets  map[string]int64   `json:"offsets"`
+	Metadata map[string]string  `json:"metadata"`
+	Details  map[string][]int64 `json:"details"`
+	Fence    *fileFence         `json:"fence"`
+}
+
+// decoded is the content of one group file.
+type decoded struct {
+	group    string
+	hasGroup bool
+	st       state
+	fence    Fence
+}
+
+var errBadKey = errors.New("bad offset key")
+
+func splitKey(k string) (TP, error) {
+	i := strings.LastIndexByte(k, '/')
+	if i < 0 {
+		return TP{}, fmt.Errorf("%w %q", errBadKey, k)
+	}
+	p, err := strconv.ParseInt(k[i+1:], 10, 32)
+	if err != nil || p < 0 || strconv.FormatInt(p, 10) != k[i+1:] {
+		return TP{}, fmt.Errorf("%w %q", errBadKey, k)
+	}
+	return TP{Topic: k[:i], Partition: int32(p)}, nil
+}
+
+// decodeFile parses a group file. It never panics; it rejects keys that do not
+// parse, so a damaged file is reported rather than silently shortened on the next
+// write.
+func decodeFile(data []byte) (decoded, error) {
+	var doc fileDoc
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	if err := d.Decode(&doc); err != nil {
+		return decoded{}, err
+	}
+	var out decoded
+	if doc.Group != nil {
+		out.group, out.hasGroup = *doc.Group, true
+	}
+	if doc.Fence != nil {
+		out.fence = Fence{doc.Fence.ControllerEpoch, doc.Fence.AssignmentVersion}
+	}
+	intern := map[string]string{}
+	topics := map[string]string{}
+	for k, off := range doc.Offsets {
+		tp, err := splitKey(k)
+		if err != nil {
+			return decoded{}, err
+		}
+		if t, ok := topics[tp.Topic]; ok {
+			tp.Topic = t
+		} else {
+			topics[tp.Topic] = tp.Topic
+		}
+		e := entry{offset: off, leaderEpoch: -1, expireTs: -1, set: true}
+		if m := doc.Metadata[k]; m != "" {
+			if s, ok := intern[m]; ok {
+				m = s
+			} else {
+				intern[m] = m
+			}
+			e.metadata = m
+		}
+		if det := doc.Details[k]; det != nil {
+			if len(det) > 0 {
+				if det[0] < -1<<31 || det[0] > 1<<31-1 {
+					return decoded{}, fmt.Errorf("leader epoch %d of %q out of range", det[0], k)
+				}
+				e.leaderEpoch = int32(det[0])
+			}
+			if len(det) > 1 {
+				e.commitTs = det[1]
+			}
+			if len(det) > 2 {
+				e.expireTs = det[2]
+			}
+		}
+		out.st.put(tp, e)
+	}
+	return out, nil
+}
+
+// encodeFile appends the file of group with st and fence to buf.
+func encodeFile(buf []byte, group string, st *state, fence Fence) []byte {
+	buf = append(buf, `{"group":`...)
+	buf = appendString(buf, group)
+	names := st.sortedTopics()
+	var key []byte // escaped topic + '/', rebuilt per topic
+	section := func(name string, hasValue func(e *entry) bool, value func(b []byte, e *entry) []byte) {
+		buf = append(buf, ',', '"')
+		buf = append(buf, name...)
+		buf = append(buf, `":{`...)
+		first := true
+		for _, topic := range names {
+			key = appendString(key[:0], topic)
+			key[len(key)-1] = '/'
+			st.topics[topic].each(func(p int32, e *entry) {
+				if !hasValue(e) {
+					return
+				}
+				if !first {
+					buf = append(buf, ',')
+				}
+				first = false
+				buf = append(buf, key...)
+				buf = strconv.AppendInt(buf, int64(p), 10)
+				buf = append(buf, '"', ':')
+				buf = value(buf, e)
+			})
+		}
+		buf = append(buf, '}')
+	}
+	all := func(*entry) bool { return true }
+	section("offsets", all, func(b []byte, e *entry) []byte { return strconv.AppendInt(b, e.offset, 10) })
+	hasMeta := false
+	st.each(func(_ string, _ int32, e *entry) { hasMeta = hasMeta || e.metadata != "" })
+	if hasMeta {
+		section("metadata", func(e *entry) bool { return e.metadata != "" },
+			func(b []byte, e *entry) []byte { return appendString(b, e.metadata) })
+	}
+	section("details", all, func(b []byte, e *entry) []byte {
+		b = append(b, '[')
+		b = strconv.AppendInt(b, int64(e.leaderEpoch), 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, e.commitTs, 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, e.expireTs, 10)
+		return append(b, ']')
+	})
+	buf = append(buf, `,"fence":{"controller_epoch":`...)
+	buf = strconv.AppendInt(buf, fence.ControllerEpoch, 10)
+	buf = append(buf, `,"assignment_version":`...)
+	buf = strconv.AppendInt(buf, fence.AssignmentVersion, 10)
+	buf = append(buf, "}}\n"...)
+	return buf
+}
+
+// appendString appends s as a JSON string. Invalid UTF-8 bytes are written as
+// U+FFFD, each byte on its own, which is what encoding/json does; validUTF8 applies
+// the same mapping to in-memory strings so memory and disk agree.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&15])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, "\ufffd"...)
+			i++
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// validUTF8 maps each invalid byte of s to U+FFFD, as appendString does.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b.WriteString("\ufffd")
+		} else {
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}

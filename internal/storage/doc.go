@@ -1,0 +1,56 @@
+// Package storage owns the files of one partition's log: the directory
+// <data>/<topic>/<partition>/ and nothing outside it. It stores Kafka record
+// batches (magic v2) exactly as producers sent them, apart from the fields the
+// log assigns (base offset, partition leader epoch, and, for LogAppendTime
+// topics, the max timestamp), and serves them back for Fetch.
+//
+// It must not import other kaas packages; it uses the standard library only.
+// Kafka error codes are not known here: callers map the sentinel errors
+// (ErrCorrupt, ErrFenced, ...) at the protocol edge.
+//
+// # Files in a partition directory
+//
+// All integers are big-endian. Every small metadata file is written with the
+// durable pattern: unique temp file, fsync, rename into place, fsync the
+// directory. Each of them is framed as
+//
+//	magic [4]byte | body | crc32c(magic|body) uint32
+//
+// and a file whose frame does not check is reported as ErrCorrupt.
+//
+//   - <base>.log (base = 20-digit zero-padded first offset): record batches
+//     back to back, each exactly as on the wire (61-byte v2 header + records).
+//     Offsets are contiguous: each batch's base offset is the previous batch's
+//     last offset + 1, and the first batch's is <base>.
+//   - <base>.index: the sparse offset index of a closed segment, 24-byte
+//     entries with no header: offset int64 (base offset of a batch),
+//     position int64 (byte position of that batch in the .log), maxTsBefore
+//     int64 (largest batch maxTimestamp of all batches before it in the
+//     segment, math.MinInt64 for none). The first batch is always indexed
+//     (entry {base, 0, MinInt64}); after it, a batch is indexed when it starts
+//     at least IndexInterval bytes (4 KiB) after the previous entry. Offsets
+//     and positions strictly increase and maxTsBefore never decreases, which
+//     makes both offset and timestamp lookups a binary search. The active
+//     segment's index lives in memory and is written on roll, seal and Close;
+//     recovery rebuilds any index that is missing or inconsistent.
+//   - <base>.seal, magic "KSL1": length int64, endOffset int64, epoch int32.
+//     Written by a new leader at takeover: readers and recovery use only the
+//     first length bytes of <base>.log (whose batches end at endOffset).
+//   - leader-epoch, magic "KLE1": epoch int32, n uint32, then n entries
+//     {epoch int32, startOffset int64}: the newest leader epoch and the epoch
+//     history (the first offset each leader wrote). A batch at offset o must
+//     carry a partitionLeaderEpoch >= the epoch of the last history entry
+//     with startOffset <= o; recovery treats a batch that does not as a
+//     deposed leader's write and drops it.
+//   - log-start-offset, magic "KLS1": offset int64.
+//   - producer-state, magic "KPS1": a snapshot of the idempotent producer
+//     table written at Close: coverEnd int64 (log end offset it covers),
+//     lastBase int64 and lastCRC uint32 (the last batch below coverEnd, to
+//     detect a log that was rewritten since), n uint32, then per producer:
+//     producerId int64, epoch int16, count uint8, count x {firstSeq int32,
+//     lastSeq int32, firstOffset int64, lastOffset int64}. Open trusts it only
+//     if that last batch is still in the log; batches after coverEnd are
+//     replayed from their headers.
+//
+// docs/storage.md explains the takeover ordering that makes the fence safe.
+package storage

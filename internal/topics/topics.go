@@ -1,0 +1,382 @@
+// Package topics owns the registry of topics on the shared volume: one JSON
+// file per topic under <data>/__cluster/topics/. It validates topic names and
+// configs and must not import other kaas packages except internal/fsutil.
+//
+// File format (<data>/__cluster/topics/<name>.json), compact JSON:
+//
+//	{"name":"orders","id":"<32 hex digits>","partitions":6,
+//	 "configs":{"retention.ms":"86400000"},"createdAt":"2026-11-29T12:00:00Z"}
+//
+// Creation is atomic and exclusive across brokers: the file is written to a
+// unique temporary name, fsynced, then hard-linked to its final name (link
+// fails if the name exists, like O_EXCL) and the directory fsynced. Deletion
+// removes the file. Readers ignore unknown fields.
+package topics
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kaas-dev/kaas/internal/fsutil"
+)
+
+var (
+	ErrExists        = errors.New("topics: topic already exists")
+	ErrUnknown       = errors.New("topics: unknown topic")
+	ErrInvalidName   = errors.New("topics: invalid topic name")
+	ErrInvalidConfig = errors.New("topics: invalid config")
+	ErrInvalidCount  = errors.New("topics: invalid partition count")
+)
+
+// MaxNameLen is Kafka's limit on topic names.
+const MaxNameLen = 249
+
+// reserved names collide with cluster state on the volume.
+var reserved = map[string]bool{"__cluster": true, "__consumer_offsets": true, "__transaction_state": true}
+
+// ValidateName applies Kafka's topic name rules ([a-zA-Z0-9._-], 1..249
+// characters, not "." or "..") and refuses names reserved for cluster state.
+// A valid name is always a safe single path element.
+func ValidateName(name string) error {
+	if name == "" || name == "." || name == ".." {
+		return fmt.Errorf("%w: %q", ErrInvalidName, name)
+	}
+	if len(name) > MaxNameLen {
+		return fmt.Errorf("%w: %d characters (max %d)", ErrInvalidName, len(name), MaxNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: %q contains %q", ErrInvalidName, name, c)
+		}
+	}
+	if reserved[name] {
+		return fmt.Errorf("%w: %q is reserved", ErrInvalidName, name)
+	}
+	return nil
+}
+
+// ID is a topic id (UUID bytes).
+type ID [16]byte
+
+func (id ID) String() string { return hex.EncodeToString(id[:]) }
+
+// MarshalText encodes the id as hex.
+func (id ID) MarshalText() ([]byte, error) { return []byte(id.String()), nil }
+
+// UnmarshalText decodes a 32-hex-digit id.
+func (id *ID) UnmarshalText(b []byte) error {
+	if len(b) != 32 {
+		return fmt.Errorf("topics: bad id %q", b)
+	}
+	_, err := hex.Decode(id[:], b)
+	return err
+}
+
+// Topic is one registry entry.
+type Topic struct {
+	Name       string            `json:"name"`
+	ID         ID                `json:"id"`
+	Partitions int32             `json:"partitions"`
+	Configs    map[string]string `json:"configs,omitempty"`
+	CreatedAt  time.Time         `json:"createdAt"`
+}
+
+// Registry reads and writes topic files. Safe for concurrent use.
+type Registry struct {
+	dir string
+	log *slog.Logger
+
+	mu     sync.RWMutex // guards byName, byID, listed
+	byName map[string]*Topic
+	byID   map[ID]*Topic
+	listed time.Time
+}
+
+// Open returns the registry rooted at <dataDir>/__cluster/topics.
+func Open(dataDir string, log *slog.Logger) (*Registry, error) {
+	dir := filepath.Join(dataDir, "__cluster", "topics")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("topics: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &Registry{dir: dir, log: log, byName: map[string]*Topic{}, byID: map[ID]*Topic{}}
+	if err := r.Refresh(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Registry) path(name string) string { return filepath.Join(r.dir, name+".json") }
+
+// Refresh re-reads the directory so that topics created or deleted by other
+// brokers become visible. Unreadable files are skipped with a log line.
+func (r *Registry) Refresh() error {
+	ents, err := os.ReadDir(r.dir)
+	if err != nil {
+		return fmt.Errorf("topics: list: %w", err)
+	}
+	byName := make(map[string]*Topic, len(ents))
+	byID := make(map[ID]*Topic, len(ents))
+	r.mu.RLock()
+	old := r.byName
+	r.mu.RUnlock()
+	for _, e := range ents {
+		n := e.Name()
+		if !strings.HasSuffix(n, ".json") || strings.HasPrefix(n, ".") {
+			continue
+		}
+		name := strings.TrimSuffix(n, ".json")
+		if ValidateName(name) != nil {
+			continue
+		}
+		t := old[name]
+		if t == nil {
+			if t, err = r.read(name); err != nil {
+				if !errors.Is(err, fs.ErrNotExist) {
+					r.log.Warn("topic file unreadable; skipped", "topic", name, "err", err)
+				}
+				continue
+			}
+		}
+		byName[name] = t
+		byID[t.ID] = t
+	}
+	r.mu.Lock()
+	r.byName, r.byID, r.listed = byName, byID, time.Now()
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *Registry) read(name string) (*Topic, error) {
+	b, err := os.ReadFile(r.path(name))
+	if err != nil {
+		return nil, err
+	}
+	var t Topic
+	if err := json.Unmarshal(b, &t); err != nil {
+		return nil, fmt.Errorf("topics: decode %s: %w", name, err)
+	}
+	if t.Name != name || t.Partitions < 1 {
+		return nil, fmt.Errorf("topics: file %s.json holds %q with %d partitions", name, t.Name, t.Partitions)
+	}
+	return &t, nil
+}
+
+// Get returns a topic, reading its file when it is not cached yet (another
+// broker may have created it since the last refresh).
+func (r *Registry) Get(name string) (*Topic, bool) {
+	r.mu.RLock()
+	t, ok := r.byName[name]
+	r.mu.RUnlock()
+	if ok {
+		return t, true
+	}
+	if ValidateName(name) != nil {
+		return nil, false
+	}
+	t, err := r.read(name)
+	if err != nil {
+		return nil, false
+	}
+	r.mu.Lock()
+	r.byName[name] = t
+	r.byID[t.ID] = t
+	r.mu.Unlock()
+	return t, true
+}
+
+// ByID returns the topic with id, if known.
+func (r *Registry) ByID(id ID) (*Topic, bool) {
+	r.mu.RLock()
+	t, ok := r.byID[id]
+	r.mu.RUnlock()
+	return t, ok
+}
+
+// All lists the known topics sorted by name.
+func (r *Registry) All() []*Topic {
+	r.mu.RLock()
+	out := make([]*Topic, 0, len(r.byName))
+	for _, t := range r.byName {
+		out = append(out, t)
+	}
+	r.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Create validates and creates a topic. With validateOnly nothing is written.
+func (r *Registry) Create(name string, partitions int32, configs map[string]string, validateOnly bool) (*Topic, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	if partitions < 1 || partitions > MaxPartitions {
+		return nil, fmt.Errorf("%w: %d (1..%d)", ErrInvalidCount, partitions, MaxPartitions)
+	}
+	if err := ValidateConfigs(configs); err != nil {
+		return nil, err
+	}
+	if _, ok := r.Get(name); ok {
+		return nil, fmt.Errorf("%w: %s", ErrExists, name)
+	}
+	t := &Topic{Name: name, Partitions: partitions, Configs: configs, CreatedAt: time.Now().UTC()}
+	if _, err := rand.Read(t.ID[:]); err != nil {
+		return nil, fmt.Errorf("topics: id: %w", err)
+	}
+	if validateOnly {
+		return t, nil
+	}
+	b, err := json.Marshal(t)
+	if err != nil {
+		return nil, fmt.Errorf("topics: encode %s: %w", name, err)
+	}
+	if err := fsutil.CreateExclusive(r.path(name), b); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("%w: %s", ErrExists, name)
+		}
+		return nil, fmt.Errorf("topics: create %s: %w", name, err)
+	}
+	r.mu.Lock()
+	r.byName[name] = t
+	r.byID[t.ID] = t
+	r.mu.Unlock()
+	return t, nil
+}
+
+// Delete removes a topic's registry file. The caller removes its data.
+func (r *Registry) Delete(name string) (*Topic, error) {
+	t, ok := r.Get(name)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrUnknown, name)
+	}
+	if err := os.Remove(r.path(name)); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w: %s", ErrUnknown, name)
+		}
+		return nil, fmt.Errorf("topics: delete %s: %w", name, err)
+	}
+	if err := fsutil.SyncDir(r.dir); err != nil {
+		return nil, fmt.Errorf("topics: delete %s: %w", name, err)
+	}
+	r.mu.Lock()
+	delete(r.byName, name)
+	delete(r.byID, t.ID)
+	r.mu.Unlock()
+	return t, nil
+}
+
+// MaxPartitions bounds the partition count of one topic.
+const MaxPartitions = 10000
+
+// configKinds lists the topic configs kaas accepts. "long"/"int"/"bool"
+// values are parsed; enumerations are checked; "any" is stored as given.
+var configKinds = map[string]string{
+	"retention.ms":                            "long",
+	"retention.bytes":                         "long",
+	"cleanup.policy":                          "cleanup",
+	"max.message.bytes":                       "int",
+	"segment.bytes":                           "int",
+	"message.timestamp.type":                  "tstype",
+	"segment.ms":                              "long",
+	"compression.type":                        "compression",
+	"min.insync.replicas":                     "int",
+	"unclean.leader.election.enable":          "bool",
+	"message.timestamp.difference.max.ms":     "long",
+	"message.timestamp.before.max.ms":         "long",
+	"message.timestamp.after.max.ms":          "long",
+	"delete.retention.ms":                     "long",
+	"min.compaction.lag.ms":                   "long",
+	"max.compaction.lag.ms":                   "long",
+	"min.cleanable.dirty.ratio":               "any",
+	"flush.messages":                          "long",
+	"flush.ms":                                "long",
+	"index.interval.bytes":                    "int",
+	"segment.index.bytes":                     "int",
+	"segment.jitter.ms":                       "long",
+	"file.delete.delay.ms":                    "long",
+	"preallocate":                             "bool",
+	"message.downconversion.enable":           "bool",
+	"local.retention.ms":                      "long",
+	"local.retention.bytes":                   "long",
+	"remote.storage.enable":                   "bool",
+	"follower.replication.throttled.replicas": "any",
+	"leader.replication.throttled.replicas":   "any",
+}
+
+// ValidateConfigs checks names and values of topic configs.
+func ValidateConfigs(configs map[string]string) error {
+	for k, v := range configs {
+		kind, ok := configKinds[k]
+		if !ok {
+			return fmt.Errorf("%w: unknown topic config %q", ErrInvalidConfig, k)
+		}
+		bad := false
+		switch kind {
+		case "long":
+			n, err := strconv.ParseInt(v, 10, 64)
+			bad = err != nil || n < -1
+		case "int":
+			n, err := strconv.ParseInt(v, 10, 32)
+			bad = err != nil || n < 0
+		case "bool":
+			_, err := strconv.ParseBool(v)
+			bad = err != nil
+		case "tstype":
+			bad = v != "CreateTime" && v != "LogAppendTime"
+		case "compression":
+			switch v {
+			case "producer", "uncompressed", "gzip", "snappy", "lz4", "zstd":
+			default:
+				bad = true
+			}
+		case "cleanup":
+			for _, p := range strings.Split(v, ",") {
+				if p = strings.TrimSpace(p); p != "delete" && p != "compact" {
+					bad = true
+				}
+			}
+		}
+		if bad {
+			return fmt.Errorf("%w: %s=%q", ErrInvalidConfig, k, v)
+		}
+	}
+	return nil
+}
+
+// Int64 returns a numeric config or def when unset.
+func (t *Topic) Int64(key string, def int64) int64 {
+	if v, ok := t.Configs[key]; ok {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return n
+		}
+	}
+	return def
+}
+
+// String returns a config or def when unset.
+func (t *Topic) String(key, def string) string {
+	if v, ok := t.Configs[key]; ok {
+		return v
+	}
+	return def
+}
+
+// Deletes reports whether the cleanup policy deletes old segments.
+func (t *Topic) Deletes() bool {
+	return strings.Contains(t.String("cleanup.policy", "delete"), "delete")
+}

@@ -1,0 +1,50 @@
+package wire
+
+import (
+	"sort"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Range is an inclusive range of versions of one API.
+type Range struct{ Min, Max int16 }
+
+// versions is the one table of what kaas advertises. An entry is a promise:
+// every field of every listed version is honoured by the broker's handler.
+// The broker's tests check that each key here has a handler.
+var versions = map[int16]Range{
+	kmsg.Produce.Int16():        {3, 11},
+	kmsg.Fetch.Int16():          {4, 16},
+	kmsg.ListOffsets.Int16():    {1, 8},
+	kmsg.Metadata.Int16():       {0, 12},
+	kmsg.ApiVersions.Int16():    {0, 4},
+	kmsg.CreateTopics.Int16():   {0, 7},
+	kmsg.DeleteTopics.Int16():   {0, 6},
+	kmsg.InitProducerID.Int16(): {0, 5},
+}
+
+// Supported reports the advertised range for key.
+func Supported(key int16) (Range, bool) {
+	r, ok := versions[key]
+	return r, ok
+}
+
+// Keys lists the advertised API keys in ascending order.
+func Keys() []int16 {
+	keys := make([]int16, 0, len(versions))
+	for k := range versions {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	return keys
+}
+
+// APIVersionsKeys returns the table as ApiVersions response entries.
+func APIVersionsKeys() []kmsg.ApiVersionsResponseApiKey {
+	out := make([]kmsg.ApiVersionsResponseApiKey, 0, len(versions))
+	for _, k := range Keys() {
+		r := versions[k]
+		out = append(out, kmsg.ApiVersionsResponseApiKey{ApiKey: k, MinVersion: r.Min, MaxVersion: r.Max})
+	}
+	return out
+}

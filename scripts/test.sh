@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what it needs when missing, checks format and
+# vet, then runs every test with the race detector. Usage: scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '== %s\n' "$*"; }
+
+# Debian packages for the real-client tests (kcat, kafka-python, confluent-kafka).
+need=()
+command -v kcat >/dev/null 2>&1 || need+=(kcat)
+/usr/bin/python3 -c 'import kafka' >/dev/null 2>&1 || need+=(python3-kafka)
+/usr/bin/python3 -c 'import confluent_kafka' >/dev/null 2>&1 || need+=(python3-confluent-kafka)
+if [ ${#need[@]} -gt 0 ]; then
+  log "installing ${need[*]}"
+  if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+log "go modules"
+go mod download
+
+log "gofmt"
+unformatted=$(gofmt -l ./cmd ./internal)
+if [ -n "$unformatted" ]; then
+  echo "gofmt needed on:"; echo "$unformatted"; exit 1
+fi
+
+log "go vet"
+go vet ./...
+
+log "go test -race"
+go test -race -count=1 -timeout 20m ./... 2>&1 | tee /tmp/kaas-test.log
