@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kaas-dev/kaas/internal/broker"
+	"github.com/kaas-dev/kaas/internal/node"
 )
 
 func main() {
@@ -46,7 +47,7 @@ func main() {
 func usage() {
 	fmt.Fprint(os.Stderr, `usage:
   kaas broker --id N --data-dir DIR --listen HOST:PORT [--advertise HOST:PORT]
-  kaas dev [--data-dir DIR] [--port 9092]
+  kaas dev [--brokers 3] [--data-dir DIR] [--port 9092]
 Run 'kaas <command> -h' for the flags; every flag also reads KAAS_<FLAG> from
 the environment (upper case, '-' as '_'), e.g. KAAS_DATA_DIR.
 `)
@@ -85,6 +86,8 @@ type commonFlags struct {
 	autoCreate          bool
 	defaultPartitions   int
 	maxFrame            int
+	reportInterval      time.Duration
+	deadAfter           time.Duration
 }
 
 func (c *commonFlags) register(fs flagSet) {
@@ -93,6 +96,8 @@ func (c *commonFlags) register(fs flagSet) {
 	fs.BoolVar(&c.autoCreate, "auto-create-topics", false, "create unknown topics on Metadata and Produce")
 	fs.IntVar(&c.defaultPartitions, "default-partitions", 1, "partitions of auto-created topics and of CreateTopics with -1")
 	fs.IntVar(&c.maxFrame, "max-frame-bytes", 100<<20, "largest request frame accepted")
+	fs.DurationVar(&c.reportInterval, "report-interval", time.Second, "how often a broker reports liveness")
+	fs.DurationVar(&c.deadAfter, "dead-after", 3*time.Second, "a broker whose reports stop for this long is dead")
 }
 
 func (c *commonFlags) logger() (*slog.Logger, error) {
@@ -127,7 +132,7 @@ func runBroker(args []string) error {
 		dataDir, listen, advertise string
 		common                     commonFlags
 	)
-	fs.IntVar(&id, "id", -1, "broker node id (required, >= 0)")
+	fs.IntVar(&id, "id", -1, "broker node id (required, >= 0); the broker is kaas-<id> in assignment.json")
 	fs.StringVar(&dataDir, "data-dir", "", "the shared volume (required)")
 	fs.StringVar(&listen, "listen", "127.0.0.1:9092", "address to listen on")
 	fs.StringVar(&advertise, "advertise", "", "address clients are told (default: the listen address)")
@@ -145,11 +150,11 @@ func runBroker(args []string) error {
 	if err != nil {
 		return err
 	}
-	b, err := broker.New(common.config(int32(id), dataDir, listen, advertise, log))
+	n, err := node.Start(common.nodeConfig(common.config(int32(id), dataDir, listen, advertise, log)))
 	if err != nil {
 		return err
 	}
-	return serveUntilSignal(log, b)
+	return serveUntilSignal(log, n)
 }
 
 func runDev(args []string) error {
@@ -157,43 +162,88 @@ func runDev(args []string) error {
 	var (
 		dataDir string
 		port    int
+		brokers int
 		common  commonFlags
 	)
 	fs.StringVar(&dataDir, "data-dir", "./kaas-data", "the local folder that plays the shared volume")
-	fs.IntVar(&port, "port", 9092, "port of the first broker")
+	fs.IntVar(&port, "port", 9092, "port of the first broker; the others take the next ports")
+	fs.IntVar(&brokers, "brokers", 3, "how many brokers to run")
 	common.register(fs)
 	if err := fs.parse(args); err != nil {
 		return err
+	}
+	if brokers < 1 || brokers > 64 {
+		return errors.New("--brokers must be 1..64")
 	}
 	log, err := common.logger()
 	if err != nil {
 		return err
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	b, err := broker.New(common.config(0, dataDir, addr, addr, log))
-	if err != nil {
-		return err
+	// Brokers start in parallel: each waits for the first assignment, which
+	// the controller writes once it has seen them report.
+	nodes := make([]*node.Node, brokers)
+	errs := make(chan error, brokers)
+	for i := range brokers {
+		go func() {
+			addr := "127.0.0.1:" + strconv.Itoa(port+i)
+			n, err := node.Start(common.nodeConfig(common.config(int32(i), dataDir, addr, addr, log)))
+			nodes[i] = n
+			errs <- err
+		}()
 	}
-	fmt.Printf("kaas dev: bootstrap servers %s (data in %s); Ctrl-C stops\n", addr, dataDir)
-	return serveUntilSignal(log, b)
+	var startErr error
+	for range brokers {
+		if err := <-errs; err != nil && startErr == nil {
+			startErr = err
+		}
+	}
+	if startErr != nil {
+		for _, n := range nodes {
+			if n != nil {
+				n.Kill()
+			}
+		}
+		return startErr
+	}
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr())
+	}
+	fmt.Printf("kaas dev: %d brokers, bootstrap servers %s (data in %s); Ctrl-C stops\n",
+		brokers, strings.Join(addrs, ","), dataDir)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done()
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var err1 error
+	for i := len(nodes) - 1; i >= 0; i-- { // the controller (often kaas-0) last
+		if err := nodes[i].Shutdown(sctx); err != nil && err1 == nil {
+			err1 = err
+		}
+	}
+	return err1
 }
 
-// serveUntilSignal serves until SIGINT/SIGTERM, then shuts down gracefully.
-func serveUntilSignal(log *slog.Logger, b *broker.Broker) error {
-	if err := b.Listen(); err != nil {
-		return err
-	}
+// nodeConfig adds the cluster timings to a broker config.
+func (c *commonFlags) nodeConfig(bc broker.Config) node.Config {
+	return node.Config{Broker: bc, ReportInterval: c.reportInterval, DeadAfter: c.deadAfter}
+}
+
+// serveUntilSignal serves until SIGINT/SIGTERM, then drains and stops.
+func serveUntilSignal(log *slog.Logger, n *node.Node) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	errc := make(chan error, 1)
-	go func() { errc <- b.Serve() }()
+	go func() { errc <- n.Wait() }()
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
 	}
-	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	log.Info("shutting down: draining")
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return b.Close(sctx)
+	return n.Shutdown(sctx)
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -20,6 +21,7 @@ import (
 func (b *Broker) handleCreateTopics(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.CreateTopicsRequest)
 	resp := r.ResponseKind().(*kmsg.CreateTopicsResponse)
+	var created []*topics.Topic
 	seen := map[string]int{}
 	for _, rt := range r.Topics {
 		seen[rt.Topic]++
@@ -86,12 +88,33 @@ func (b *Broker) handleCreateTopics(_ context.Context, c *conn, req wire.Request
 		if !r.ValidateOnly {
 			b.log.Info("topic created", "topic", t.Name, "partitions", t.Partitions, "id", t.ID.String())
 			st.TopicID = t.ID
+			created = append(created, t)
 		}
 		st.NumPartitions, st.ReplicationFactor = t.Partitions, 1
 		st.Configs = b.describeTopicConfigs(t)
 		resp.Topics = append(resp.Topics, st)
 	}
-	return now(resp)
+	if len(created) == 0 {
+		return now(resp)
+	}
+	b.cfg.TopicsChanged()
+	// Like Kafka, answer once the new partitions have leaders (bounded by the
+	// request's timeout), so that a client may produce at once.
+	timeout := min(time.Duration(r.TimeoutMillis)*time.Millisecond, 10*time.Second)
+	return func() kmsg.Response {
+		deadline := time.Now().Add(timeout)
+		for _, t := range created {
+			for p := int32(0); p < t.Partitions; p++ {
+				for {
+					if _, _, ok := b.cfg.Cluster.Leader(t.Name, p); ok || !time.Now().Before(deadline) {
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		}
+		return resp
+	}
 }
 
 // describeTopicConfigs lists the configs kaas acts on, with their source.

@@ -64,6 +64,7 @@ func (b *Broker) handleDeleteTopics(_ context.Context, c *conn, req wire.Request
 				}
 			} else {
 				b.log.Info("topic deleted", "topic", t.Name, "id", t.ID.String())
+				b.cfg.TopicsChanged()
 				if err := b.removeTopicData(t); err != nil {
 					b.log.Warn("removing deleted topic's data failed", "topic", t.Name, "err", err)
 				}

@@ -46,6 +46,9 @@ type Config struct {
 	MaxInFlight            int           // pipelined requests per connection; default 64
 
 	Logger *slog.Logger
+	// TopicsChanged is called after this broker created or deleted a topic
+	// (the cluster runtime assigns leaders sooner).
+	TopicsChanged func()
 	// Cluster is the broker's view of the cluster. Nil runs a single broker
 	// that leads every partition.
 	Cluster Cluster
@@ -78,6 +81,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.TopicsChanged == nil {
+		c.TopicsChanged = func() {}
 	}
 }
 
@@ -394,6 +400,10 @@ func (b *Broker) logOptions(t *topics.Topic, epoch int32) storage.Options {
 		Logger:          b.log,
 	}
 }
+
+// AssignmentChanged tells the broker that leadership may have moved: it
+// closes the logs of partitions it no longer leads at their epoch.
+func (b *Broker) AssignmentChanged() { b.dropStalePartitions() }
 
 // dropStalePartitions closes logs of deleted topics and of partitions this
 // broker no longer leads.

@@ -1,0 +1,209 @@
+package cluster
+
+import (
+	"sort"
+	"time"
+
+	"github.com/kaas-dev/kaas/internal/route"
+)
+
+// TopicInfo is what the controller needs of a topic.
+type TopicInfo struct {
+	Name       string
+	Partitions int32
+}
+
+// Observed is the controller's view of one broker.
+type Observed struct {
+	Health Health
+	Report Report
+}
+
+// Inputs are everything Compute looks at. Compute is pure: the same inputs
+// give the same assignment.
+type Inputs struct {
+	Prev    *Assignment // the assignment in force (nil before the first)
+	Epoch   int64       // the controller's epoch
+	Me      string      // the controller's broker id
+	Now     time.Time
+	Brokers map[string]Observed // every broker with a report
+	Removed map[string]bool     // brokers removed from the cluster on purpose
+	Topics  []TopicInfo
+	Stalled bool // the controller's own reports are not landing: declare no deaths
+}
+
+// Compute derives the next assignment. It returns nil when nothing but
+// timestamps would change.
+//
+// Rules:
+//   - Rows: every broker in Prev or reporting, except removed brokers that
+//     are not alive. A row stays (as dead) until removed, so the routing
+//     divisor is stable across restarts. The controller is always alive
+//     (unless draining), so the alive set is never empty while it lives.
+//     While Stalled, no alive row becomes dead.
+//   - Partitions: a leader that is alive keeps its partitions. Partitions of
+//     new topics and of brokers no longer alive go, one at a time, to the
+//     alive broker leading the fewest, ties by id; a moved partition's
+//     epoch is the previous epoch + 1. Rows of deleted topics are dropped.
+//   - Groups: an entry is minted for a group that an alive broker reports
+//     active when route.Coordinator over the rows being written already
+//     picks that broker (so minting never moves a group); entries are kept
+//     while their broker is alive and retired when it is not.
+func Compute(in Inputs) *Assignment {
+	prev := in.Prev
+	if prev == nil {
+		prev = &Assignment{}
+	}
+	next := &Assignment{
+		ControllerEpoch: in.Epoch,
+		Controller:      in.Me,
+		GeneratedAt:     in.Now.UTC(),
+		Brokers:         []BrokerRow{},
+		Partitions:      []PartitionRow{},
+	}
+	// Rows.
+	rows := map[string]BrokerRow{}
+	for _, r := range prev.Brokers {
+		rows[r.ID] = r
+	}
+	for id, o := range in.Brokers {
+		row, existed := rows[id]
+		row.ID, row.NodeID = id, o.Report.NodeID
+		row.Host, row.Port, row.Rack = o.Report.Host, o.Report.Port, o.Report.Rack
+		h := o.Health
+		if id == in.Me && h != Draining {
+			h = Alive
+		}
+		if in.Stalled && existed && row.Health == Alive && h == Dead {
+			h = Alive
+		}
+		if h == Alive || !existed || row.Health != h {
+			row.LastSeen = o.Report.At.UTC()
+		}
+		row.Health = h
+		rows[id] = row
+	}
+	for id, row := range rows {
+		if _, reporting := in.Brokers[id]; !reporting && row.Health != Dead && !in.Stalled {
+			row.Health = Dead
+			rows[id] = row
+		}
+		if in.Removed[id] && row.Health != Alive {
+			delete(rows, id)
+		}
+	}
+	for _, r := range rows {
+		next.Brokers = append(next.Brokers, r)
+	}
+	alive := func(id string) bool { r, ok := rows[id]; return ok && r.Health == Alive }
+	var aliveIDs []string
+	for id := range rows {
+		if alive(id) {
+			aliveIDs = append(aliveIDs, id)
+		}
+	}
+	sort.Strings(aliveIDs)
+
+	// Partitions.
+	type key struct {
+		topic string
+		p     int32
+	}
+	old := map[key]PartitionRow{}
+	for _, p := range prev.Partitions {
+		old[key{p.Topic, p.Partition}] = p
+	}
+	load := map[string]int{}
+	var orphans []PartitionRow
+	topics := append([]TopicInfo(nil), in.Topics...)
+	sort.Slice(topics, func(i, j int) bool { return topics[i].Name < topics[j].Name })
+	for _, t := range topics {
+		for p := int32(0); p < t.Partitions; p++ {
+			row, ok := old[key{t.Name, p}]
+			if !ok {
+				row = PartitionRow{Topic: t.Name, Partition: p, Epoch: -1, Role: "leader"}
+			}
+			if ok && alive(row.Broker) {
+				next.Partitions = append(next.Partitions, row)
+				load[row.Broker]++
+				continue
+			}
+			orphans = append(orphans, row)
+		}
+	}
+	for _, row := range orphans {
+		if len(aliveIDs) == 0 {
+			if row.Broker != "" {
+				next.Partitions = append(next.Partitions, row) // keep; nobody can lead
+			}
+			continue
+		}
+		best := aliveIDs[0]
+		for _, id := range aliveIDs[1:] {
+			if load[id] < load[best] {
+				best = id
+			}
+		}
+		row.Broker = best
+		row.Epoch++
+		load[best]++
+		next.Partitions = append(next.Partitions, row)
+	}
+
+	// Groups.
+	ids := make([]string, 0, len(rows))
+	for id := range rows {
+		ids = append(ids, id)
+	}
+	placed := map[string]bool{}
+	for _, g := range prev.ConsumerGroups {
+		if alive(g.Broker) && !placed[g.GroupID] {
+			next.ConsumerGroups = append(next.ConsumerGroups, g)
+			placed[g.GroupID] = true
+		}
+	}
+	for _, id := range aliveIDs {
+		for _, g := range in.Brokers[id].Report.Groups {
+			if placed[g] {
+				continue
+			}
+			if c, ok := route.Coordinator(g, ids, alive); ok && c == id {
+				next.ConsumerGroups = append(next.ConsumerGroups, GroupRow{GroupID: g, Broker: id, Epoch: in.Epoch})
+				placed[g] = true
+			}
+		}
+	}
+	next.sortRows()
+	if in.Prev != nil && sameContent(in.Prev, next) {
+		return nil
+	}
+	next.AssignmentVersion = prev.AssignmentVersion + 1
+	return next
+}
+
+// sameContent compares two assignments ignoring version, time and lastSeen.
+func sameContent(a, b *Assignment) bool {
+	if a.ControllerEpoch != b.ControllerEpoch || a.Controller != b.Controller ||
+		len(a.Brokers) != len(b.Brokers) || len(a.Partitions) != len(b.Partitions) ||
+		len(a.ConsumerGroups) != len(b.ConsumerGroups) {
+		return false
+	}
+	for i := range a.Brokers {
+		x, y := a.Brokers[i], b.Brokers[i]
+		x.LastSeen, y.LastSeen = time.Time{}, time.Time{}
+		if x != y {
+			return false
+		}
+	}
+	for i := range a.Partitions {
+		if a.Partitions[i] != b.Partitions[i] {
+			return false
+		}
+	}
+	for i := range a.ConsumerGroups {
+		if a.ConsumerGroups[i] != b.ConsumerGroups[i] {
+			return false
+		}
+	}
+	return true
+}

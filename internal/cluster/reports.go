@@ -1,0 +1,132 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/kaas-dev/kaas/internal/fsutil"
+)
+
+// Broker report states.
+const (
+	StateRunning  = "running"
+	StateDraining = "draining"
+	StateStopped  = "stopped"
+)
+
+// Report is a broker's liveness report, rewritten about once a second at
+// <data>/__cluster/brokers/<id>.json. The transport is the shared volume:
+// it is the one channel every broker already has and must have, it needs no
+// controller address (which changes on every election), and a report
+// survives a controller change, so a new controller inherits what every
+// broker last said. The controller judges liveness by seeing seq change,
+// measured on its own clock: no clocks are compared between machines.
+type Report struct {
+	ID          string    `json:"id"`
+	NodeID      int32     `json:"nodeId"`
+	Host        string    `json:"host"`
+	Port        int32     `json:"port"`
+	Rack        string    `json:"rack,omitempty"`
+	State       string    `json:"state"`
+	Incarnation string    `json:"incarnation"`
+	Seq         int64     `json:"seq"`
+	At          time.Time `json:"at"`
+	// Groups this broker coordinates and that have members or offsets in
+	// use: the input of the controller's group balancing.
+	Groups []string `json:"groups,omitempty"`
+}
+
+func reportsDir(dataDir string) string { return filepath.Join(dataDir, "__cluster", "brokers") }
+
+func writeReport(dataDir string, r Report) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteFile(filepath.Join(reportsDir(dataDir), r.ID+".json"), data)
+}
+
+// readReports reads every report file; unreadable ones are skipped (a torn
+// read is impossible with rename, but a foreign file may be there).
+func readReports(dataDir string) (map[string]Report, error) {
+	dir := reportsDir(dataDir)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: list reports: %w", err)
+	}
+	out := make(map[string]Report, len(ents))
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || strings.HasPrefix(name, ".") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		var r Report
+		if json.Unmarshal(data, &r) != nil || r.ID != name {
+			continue
+		}
+		out[name] = r
+	}
+	return out, nil
+}
+
+// watcher tracks when each broker's report last changed, on the local
+// clock. Every broker runs one, so that a newly elected controller already
+// knows who went quiet. Owned by the runtime loop.
+type watcher struct {
+	last    map[string]Report
+	changed map[string]time.Time
+}
+
+func newWatcher() *watcher {
+	return &watcher{last: map[string]Report{}, changed: map[string]time.Time{}}
+}
+
+func (w *watcher) observe(now time.Time, reports map[string]Report) {
+	for id, r := range reports {
+		prev, ok := w.last[id]
+		if !ok || prev.Seq != r.Seq || prev.Incarnation != r.Incarnation || prev.State != r.State {
+			w.changed[id] = now
+		}
+		w.last[id] = r
+	}
+	for id := range w.last {
+		if _, ok := reports[id]; !ok {
+			delete(w.last, id) // report removed: the broker was removed
+			delete(w.changed, id)
+		}
+	}
+}
+
+// health is the observed health of a reporting broker.
+func (w *watcher) health(id string, now time.Time, deadAfter time.Duration) (Health, bool) {
+	r, ok := w.last[id]
+	if !ok {
+		return Dead, false
+	}
+	switch {
+	case r.State == StateStopped:
+		return Dead, true
+	case now.Sub(w.changed[id]) > deadAfter:
+		return Dead, true
+	case r.State == StateDraining:
+		return Draining, true
+	}
+	return Alive, true
+}
+
+// quietFor is how long broker id's report has not changed.
+func (w *watcher) quietFor(id string, now time.Time) time.Duration {
+	t, ok := w.changed[id]
+	if !ok {
+		return 0
+	}
+	return now.Sub(t)
+}

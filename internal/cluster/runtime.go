@@ -1,0 +1,474 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kaas-dev/kaas/internal/fsutil"
+)
+
+// Config configures a broker's cluster runtime.
+type Config struct {
+	DataDir string
+	ID      string // broker id in assignment.json, e.g. "kaas-0"
+	NodeID  int32
+	Host    string // advertised host and port, for Metadata
+	Port    int32
+	Rack    string
+
+	ReportInterval time.Duration // default 1s
+	DeadAfter      time.Duration // default 3s: kill -9 is detected within this
+	PollInterval   time.Duration // assignment poll and controller tick; default 200ms
+
+	Elector Elector // nil: the FileElector with TTL = DeadAfter
+	Logger  *slog.Logger
+
+	// Topics lists the topics (the controller assigns their partitions).
+	Topics func() []TopicInfo
+	// ActiveGroups lists the groups this broker coordinates and that are in
+	// use; reported to the controller for group balancing.
+	ActiveGroups func() []string
+}
+
+func (c *Config) setDefaults() {
+	if c.ReportInterval <= 0 {
+		c.ReportInterval = time.Second
+	}
+	if c.DeadAfter <= 0 {
+		c.DeadAfter = 3 * time.Second
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = 200 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Topics == nil {
+		c.Topics = func() []TopicInfo { return nil }
+	}
+	if c.ActiveGroups == nil {
+		c.ActiveGroups = func() []string { return nil }
+	}
+}
+
+// Hook is called, on the runtime goroutine, after an assignment is applied.
+// prev is nil for the first one.
+type Hook func(prev, next *Assignment)
+
+// Runtime runs one broker's part of the cluster: it reports liveness,
+// campaigns for the controller role, applies assignments, and, while it is
+// the controller, computes and writes them.
+type Runtime struct {
+	cfg  Config
+	log  *slog.Logger
+	path string // assignment.json
+
+	hooks []Hook // set before Start
+
+	current atomic.Pointer[Assignment]
+	ready   chan struct{} // closed once an assignment lists this broker alive
+	readyOn sync.Once
+	leader  atomic.Bool
+	known   atomic.Int64 // highest controller epoch known
+
+	// Owned by the loop goroutine.
+	watch       *watcher
+	incarnation string
+	seq         int64
+	state       atomic.Value // string: running, draining, stopped
+	lastReport  time.Time
+	lastStat    fs.FileInfo
+	lastElect   time.Time
+	election    Election
+	removed     map[string]bool
+
+	wakeup chan struct{}
+	pause  chan time.Duration
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New prepares a runtime; Start runs it.
+func New(cfg Config) (*Runtime, error) {
+	cfg.setDefaults()
+	if cfg.ID == "" || cfg.DataDir == "" {
+		return nil, errors.New("cluster: ID and DataDir are required")
+	}
+	for _, d := range []string{reportsDir(cfg.DataDir), removalsDir(cfg.DataDir)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+	}
+	var inc [8]byte
+	_, _ = rand.Read(inc[:])
+	r := &Runtime{
+		cfg: cfg, log: cfg.Logger.With("node", cfg.ID),
+		path:        filepath.Join(cfg.DataDir, "__cluster", "assignment.json"),
+		ready:       make(chan struct{}),
+		watch:       newWatcher(),
+		incarnation: hex.EncodeToString(inc[:]),
+		removed:     map[string]bool{},
+		wakeup:      make(chan struct{}, 1),
+		pause:       make(chan time.Duration, 1),
+		done:        make(chan struct{}),
+	}
+	r.state.Store(StateRunning)
+	if r.cfg.Elector == nil {
+		e, err := NewFileElector(cfg.DataDir, cfg.ID, cfg.DeadAfter, r.reportedStopped, r.log)
+		if err != nil {
+			return nil, err
+		}
+		r.cfg.Elector = e
+	}
+	return r, nil
+}
+
+// OnApply registers a hook. Call before Start.
+func (r *Runtime) OnApply(h Hook) { r.hooks = append(r.hooks, h) }
+
+// ID is this broker's id.
+func (r *Runtime) ID() string { return r.cfg.ID }
+
+// Current is the assignment in force (nil before the first).
+func (r *Runtime) Current() *Assignment { return r.current.Load() }
+
+// IsController reports whether this broker holds the controller role.
+func (r *Runtime) IsController() bool { return r.leader.Load() }
+
+// KnownEpoch is the highest controller epoch this broker knows.
+func (r *Runtime) KnownEpoch() int64 { return r.known.Load() }
+
+// Ready is closed once an applied assignment lists this broker alive.
+func (r *Runtime) Ready() <-chan struct{} { return r.ready }
+
+// Start runs the runtime loop until Stop.
+func (r *Runtime) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go r.loop(ctx)
+}
+
+// Poke makes the loop run now (e.g. a topic was created).
+func (r *Runtime) Poke() {
+	select {
+	case r.wakeup <- struct{}{}:
+	default:
+	}
+}
+
+// Drain marks this broker draining and waits until the applied assignment
+// gives it no partition and the routing no longer sends it groups (its row
+// is no longer alive), or ctx ends.
+func (r *Runtime) Drain(ctx context.Context) error {
+	r.state.Store(StateDraining)
+	r.Poke()
+	r.log.Info("draining: handing partitions and groups to other brokers")
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		a := r.Current()
+		if a != nil && !a.IsAlive(r.cfg.ID) && !leadsAny(a, r.cfg.ID) {
+			return nil
+		}
+		if a != nil && !othersAlive(a, r.cfg.ID) {
+			r.log.Warn("draining: no other alive broker to take over; stopping anyway")
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func othersAlive(a *Assignment, me string) bool {
+	for _, b := range a.Brokers {
+		if b.ID != me && b.Health == Alive {
+			return true
+		}
+	}
+	return false
+}
+
+func leadsAny(a *Assignment, id string) bool {
+	for _, p := range a.Partitions {
+		if p.Broker == id {
+			return true
+		}
+	}
+	return false
+}
+
+// Stop reports this broker stopped, resigns the controller role, and ends
+// the loop.
+func (r *Runtime) Stop(ctx context.Context) error {
+	if r.cancel == nil {
+		return nil
+	}
+	r.cancel()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	r.state.Store(StateStopped)
+	err := r.report(time.Now())
+	if rerr := r.cfg.Elector.Resign(ctx); rerr != nil && err == nil {
+		err = rerr
+	}
+	r.leader.Store(false)
+	return err
+}
+
+func (r *Runtime) reportedStopped(id string) bool {
+	rep, ok := r.watch.last[id]
+	return ok && rep.State == StateStopped
+}
+
+// loop is the runtime goroutine: report, observe, elect, apply, control.
+func (r *Runtime) loop(ctx context.Context) {
+	defer close(r.done)
+	t := time.NewTicker(r.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		r.step(ctx, time.Now())
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-r.wakeup:
+		case d := <-r.pause:
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d):
+			}
+		}
+	}
+}
+
+func (r *Runtime) step(ctx context.Context, now time.Time) {
+	if now.Sub(r.lastReport) >= r.cfg.ReportInterval || r.state.Load() != r.lastState() {
+		if err := r.report(now); err != nil {
+			r.log.Warn("liveness report failed", "err", err)
+		}
+	}
+	if reports, err := readReports(r.cfg.DataDir); err != nil {
+		r.log.Warn("reading liveness reports failed", "err", err)
+	} else {
+		r.watch.observe(now, reports)
+	}
+	if now.Sub(r.lastElect) >= r.cfg.PollInterval*2 || r.leader.Load() {
+		el, err := r.cfg.Elector.Tick(ctx, now)
+		if err != nil {
+			r.log.Warn("election tick failed", "err", err)
+		}
+		r.lastElect = now
+		r.election = el
+		r.known.Store(el.Epoch)
+		r.leader.Store(el.Leader)
+	}
+	r.poll()
+	if r.leader.Load() {
+		r.control(now)
+	}
+}
+
+func (r *Runtime) lastState() any {
+	rep, ok := r.watch.last[r.cfg.ID]
+	if !ok || rep.Incarnation != r.incarnation {
+		return nil
+	}
+	return rep.State
+}
+
+func (r *Runtime) report(now time.Time) error {
+	r.seq++
+	rep := Report{
+		ID: r.cfg.ID, NodeID: r.cfg.NodeID, Host: r.cfg.Host, Port: r.cfg.Port, Rack: r.cfg.Rack,
+		State: r.state.Load().(string), Incarnation: r.incarnation, Seq: r.seq, At: now.UTC(),
+		Groups: r.cfg.ActiveGroups(),
+	}
+	if err := writeReport(r.cfg.DataDir, rep); err != nil {
+		return err
+	}
+	r.lastReport = now
+	return nil
+}
+
+// poll reads assignment.json when it changed and applies it.
+func (r *Runtime) poll() {
+	st, err := os.Stat(r.path)
+	if err != nil {
+		return // missing: keep what we have
+	}
+	if r.lastStat != nil && os.SameFile(st, r.lastStat) && st.ModTime().Equal(r.lastStat.ModTime()) && st.Size() == r.lastStat.Size() {
+		return
+	}
+	a, err := ReadAssignment(r.path)
+	if err != nil {
+		r.log.Warn("assignment.json unreadable; keeping the current one", "err", err)
+		return
+	}
+	r.lastStat = st
+	r.apply(a)
+}
+
+// apply installs a if it is newer than the current assignment and not from
+// a deposed controller.
+func (r *Runtime) apply(a *Assignment) bool {
+	if known := r.known.Load(); a.ControllerEpoch < known {
+		r.log.Warn("refusing assignment from a deposed controller",
+			"epoch", a.ControllerEpoch, "known_epoch", known, "version", a.AssignmentVersion)
+		return false
+	}
+	prev := r.current.Load()
+	if !a.Newer(prev) {
+		return false
+	}
+	if a.ControllerEpoch > r.known.Load() {
+		r.known.Store(a.ControllerEpoch)
+	}
+	r.current.Store(a)
+	r.logChanges(prev, a)
+	for _, h := range r.hooks {
+		h(prev, a)
+	}
+	if a.IsAlive(r.cfg.ID) {
+		r.readyOn.Do(func() { close(r.ready) })
+	}
+	return true
+}
+
+func (r *Runtime) logChanges(prev, next *Assignment) {
+	old := map[string]Health{}
+	if prev != nil {
+		for _, b := range prev.Brokers {
+			old[b.ID] = b.Health
+		}
+	}
+	for _, b := range next.Brokers {
+		if old[b.ID] != b.Health {
+			r.log.Info("broker health", "broker", b.ID, "health", string(b.Health), "was", string(old[b.ID]),
+				"epoch", next.ControllerEpoch, "version", next.AssignmentVersion)
+		}
+	}
+	r.log.Debug("assignment applied", "epoch", next.ControllerEpoch, "version", next.AssignmentVersion,
+		"controller", next.Controller, "partitions", len(next.Partitions), "groups", len(next.ConsumerGroups))
+}
+
+// control computes and writes the next assignment. Runs on the loop.
+func (r *Runtime) control(now time.Time) {
+	r.readRemovals()
+	obs := map[string]Observed{}
+	for id, rep := range r.watch.last {
+		h, _ := r.watch.health(id, now, r.cfg.DeadAfter)
+		obs[id] = Observed{Health: h, Report: rep}
+	}
+	stalled := r.watch.quietFor(r.cfg.ID, now) > r.cfg.DeadAfter
+	if stalled {
+		r.log.Warn("own liveness reports are not landing; declaring no broker dead")
+	}
+	prev := r.current.Load()
+	disk, err := ReadAssignment(r.path)
+	if err == nil && disk.Newer(prev) {
+		prev = disk
+	}
+	next := Compute(Inputs{
+		Prev: prev, Epoch: r.election.Epoch, Me: r.cfg.ID, Now: now,
+		Brokers: obs, Removed: r.removed, Topics: r.cfg.Topics(), Stalled: stalled,
+	})
+	if next == nil {
+		// Nothing changed, but the file on disk must be this controller's:
+		// a deposed controller's late write (or a torn file) would otherwise
+		// stay there for brokers that start later.
+		if prev == nil || (disk != nil && disk.ControllerEpoch == prev.ControllerEpoch &&
+			disk.AssignmentVersion == prev.AssignmentVersion) {
+			return
+		}
+		r.log.Warn("assignment.json on disk is not the controller's; rewriting",
+			"epoch", prev.ControllerEpoch, "version", prev.AssignmentVersion)
+		next = prev.clone()
+		next.ControllerEpoch, next.Controller, next.GeneratedAt = r.election.Epoch, r.cfg.ID, now.UTC()
+		next.AssignmentVersion = prev.AssignmentVersion + 1
+	}
+	// Still the controller? A higher epoch on disk means we were replaced.
+	if el, err := r.cfg.Elector.Tick(context.Background(), now); err != nil || !el.Leader || el.Epoch != next.ControllerEpoch {
+		r.leader.Store(false)
+		return
+	}
+	data, err := json.Marshal(next)
+	if err != nil {
+		r.log.Error("encoding assignment failed", "err", err)
+		return
+	}
+	if err := fsutil.WriteFile(r.path, data); err != nil {
+		r.log.Error("writing assignment.json failed", "err", err, "epoch", next.ControllerEpoch, "version", next.AssignmentVersion)
+		return
+	}
+	r.lastStat, _ = os.Stat(r.path)
+	r.apply(next)
+	for id := range r.removed {
+		if _, ok := next.Row(id); !ok {
+			_ = os.Remove(filepath.Join(removalsDir(r.cfg.DataDir), id))
+			_ = os.Remove(filepath.Join(reportsDir(r.cfg.DataDir), id+".json"))
+			delete(r.removed, id)
+			r.log.Info("broker removed from the cluster", "broker", id)
+		}
+	}
+}
+
+func removalsDir(dataDir string) string { return filepath.Join(dataDir, "__cluster", "removals") }
+
+// RequestRemoval asks the controller to drop broker id's row once it is
+// not alive (the on-purpose removal of a broker from the cluster).
+func RequestRemoval(dataDir, id string) error {
+	if err := os.MkdirAll(removalsDir(dataDir), 0o755); err != nil {
+		return err
+	}
+	return fsutil.WriteFile(filepath.Join(removalsDir(dataDir), id), []byte(id))
+}
+
+func (r *Runtime) readRemovals() {
+	ents, err := os.ReadDir(removalsDir(r.cfg.DataDir))
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if e.Name()[0] != '.' {
+			r.removed[e.Name()] = true
+		}
+	}
+}
+
+// Abort ends the loop without a stopped report or resignation, as a crash
+// would (used by the in-process harness to simulate kill -9).
+func (r *Runtime) Abort() {
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	<-r.done
+	r.leader.Store(false)
+}
+
+// Pause stops the loop's work for d (reports, polls, control), as a brief
+// stall would; for tests of liveness tolerance.
+func (r *Runtime) Pause(d time.Duration) {
+	select {
+	case r.pause <- d:
+	default:
+	}
+}

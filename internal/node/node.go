@@ -1,0 +1,170 @@
+// Package node is the composition root of one kaas broker process: it wires
+// the protocol server (internal/broker) to the cluster runtime
+// (internal/cluster), and owns start-up order and shutdown. cmd/kaas and the
+// in-process cluster harness use it; nothing imports it but them.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/kaas-dev/kaas/internal/broker"
+	"github.com/kaas-dev/kaas/internal/cluster"
+)
+
+// Config is a broker's configuration plus the cluster runtime's timings.
+type Config struct {
+	Broker broker.Config // Cluster and TopicsChanged are set by the node
+
+	ReportInterval time.Duration // liveness report period; default 1s
+	DeadAfter      time.Duration // kill -9 detection; default 3s
+	PollInterval   time.Duration // assignment poll / controller tick; default 200ms
+	ReadyTimeout   time.Duration // how long Start waits for the first assignment; default 30s
+	Elector        cluster.Elector
+}
+
+// Name is the broker id used in assignment.json for a node id.
+func Name(nodeID int32) string { return "kaas-" + strconv.Itoa(int(nodeID)) }
+
+// Node is one running broker.
+type Node struct {
+	Broker  *broker.Broker
+	Runtime *cluster.Runtime
+	log     *slog.Logger
+	view    *view
+	served  chan error
+	stopped atomic.Bool
+}
+
+// Start opens the broker, binds its listener, starts the cluster runtime,
+// waits until an assignment lists this broker alive, and only then serves
+// clients: no request is answered before the broker knows the cluster.
+func Start(cfg Config) (*Node, error) {
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = 30 * time.Second
+	}
+	v := &view{}
+	bc := cfg.Broker
+	bc.Cluster = v
+	var rt *cluster.Runtime
+	bc.TopicsChanged = func() {
+		if rt != nil {
+			rt.Poke()
+		}
+	}
+	b, err := broker.New(bc)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.Listen(); err != nil {
+		_ = b.Close(context.Background())
+		return nil, err
+	}
+	adv := bc.Advertise
+	if adv == "" {
+		adv = b.Addr()
+	}
+	host, portS, err := net.SplitHostPort(adv)
+	if err != nil {
+		_ = b.Close(context.Background())
+		return nil, fmt.Errorf("node: advertise %q: %w", adv, err)
+	}
+	port, _ := strconv.Atoi(portS)
+	log := bc.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	rt, err = cluster.New(cluster.Config{
+		DataDir: bc.DataDir, ID: Name(bc.ID), NodeID: bc.ID, Host: host, Port: int32(port), Rack: bc.Rack,
+		ReportInterval: cfg.ReportInterval, DeadAfter: cfg.DeadAfter, PollInterval: cfg.PollInterval,
+		Elector: cfg.Elector, Logger: log,
+		Topics: func() []cluster.TopicInfo {
+			if err := b.Topics().Refresh(); err != nil {
+				log.Warn("topic registry refresh failed", "err", err)
+			}
+			var out []cluster.TopicInfo
+			for _, t := range b.Topics().All() {
+				out = append(out, cluster.TopicInfo{Name: t.Name, Partitions: t.Partitions})
+			}
+			return out
+		},
+	})
+	if err != nil {
+		_ = b.Close(context.Background())
+		return nil, err
+	}
+	v.rt, v.me = rt, bc.ID
+	rt.OnApply(func(_, next *cluster.Assignment) {
+		v.update(next)
+		b.AssignmentChanged()
+	})
+	rt.Start()
+	n := &Node{Broker: b, Runtime: rt, log: log, view: v, served: make(chan error, 1)}
+	select {
+	case <-rt.Ready():
+	case <-time.After(cfg.ReadyTimeout):
+		n.Kill()
+		return nil, fmt.Errorf("node: no assignment listing %s alive within %v", Name(bc.ID), cfg.ReadyTimeout)
+	}
+	go func() { n.served <- b.Serve() }()
+	log.Info("serving clients", "broker", Name(bc.ID), "addr", adv)
+	return n, nil
+}
+
+// Addr is the broker's listener address.
+func (n *Node) Addr() string { return n.Broker.Addr() }
+
+// Shutdown is the SIGTERM path: mark draining, wait until partitions and
+// groups have moved to other brokers, stop serving, report stopped and
+// resign the controller role.
+func (n *Node) Shutdown(ctx context.Context) error {
+	if !n.stopped.CompareAndSwap(false, true) {
+		return nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	derr := n.Runtime.Drain(dctx)
+	cancel()
+	if derr != nil {
+		n.log.Warn("drain did not finish; stopping anyway", "err", derr)
+	}
+	err := n.Broker.Close(ctx)
+	if serr := <-n.served; serr != nil && err == nil {
+		err = serr
+	}
+	if rerr := n.Runtime.Stop(ctx); rerr != nil && err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// Kill stops the node as abruptly as an in-process harness can: no drain,
+// no stopped report, no resignation; connections are cut.
+func (n *Node) Kill() {
+	if !n.stopped.CompareAndSwap(false, true) {
+		return
+	}
+	n.Runtime.Abort()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // an expired context: the listener's connections are cut at once
+	_ = n.Broker.Close(ctx)
+	select {
+	case <-n.served:
+	default:
+	}
+}
+
+// Wait blocks until the broker stops serving.
+func (n *Node) Wait() error {
+	err := <-n.served
+	n.served <- err
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
