@@ -30,6 +30,8 @@ func main() {
 		err = runBroker(os.Args[2:])
 	case "dev":
 		err = runDev(os.Args[2:])
+	case "bench":
+		err = runBench(os.Args[2:])
 	case "-h", "--help", "help":
 		usage()
 		return
@@ -48,6 +50,7 @@ func usage() {
 	fmt.Fprint(os.Stderr, `usage:
   kaas broker --id N --data-dir DIR --listen HOST:PORT [--advertise HOST:PORT]
   kaas dev [--brokers 3] [--data-dir DIR] [--port 9092]
+  kaas bench [--goals limits,produce,fetch] [--duration 5s] [--concurrency 1,8,64] [--out docs/bench] [--data-dir DIR]
 Run 'kaas <command> -h' for the flags; every flag also reads KAAS_<FLAG> from
 the environment (upper case, '-' as '_'), e.g. KAAS_DATA_DIR.
 `)

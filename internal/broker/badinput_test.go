@@ -228,3 +228,26 @@ func TestProduceInvalidRequiredAcks(t *testing.T) {
 		t.Fatalf("acks=2: %v", kerr.ErrorForCode(code))
 	}
 }
+
+// roundTrip sends req at exactly its set version over a fresh connection
+// and decodes the answer (kgo would renegotiate the version).
+func roundTrip(t *testing.T, b *Broker, req kmsg.Request) kmsg.Response {
+	t.Helper()
+	c := dial(t, b)
+	if _, err := c.Write(rawFrame(req, 77)); err != nil {
+		t.Fatal(err)
+	}
+	corr, body := readResponse(t, c)
+	if corr != 77 {
+		t.Fatalf("correlation %d", corr)
+	}
+	resp := req.ResponseKind()
+	resp.SetVersion(req.GetVersion())
+	if resp.IsFlexible() && resp.Key() != kmsg.ApiVersions.Int16() {
+		body = body[1:] // the response header's empty tags
+	}
+	if err := resp.ReadFrom(body); err != nil {
+		t.Fatalf("decode %s v%d: %v", wire.Name(req.Key()), req.GetVersion(), err)
+	}
+	return resp
+}

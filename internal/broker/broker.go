@@ -21,7 +21,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kaas-dev/kaas/internal/coord"
 	"github.com/kaas-dev/kaas/internal/fsutil"
+	"github.com/kaas-dev/kaas/internal/group"
+	"github.com/kaas-dev/kaas/internal/offsets"
 	"github.com/kaas-dev/kaas/internal/storage"
 	"github.com/kaas-dev/kaas/internal/topics"
 	"github.com/kaas-dev/kaas/internal/wire"
@@ -52,6 +55,14 @@ type Config struct {
 	// Cluster is the broker's view of the cluster. Nil runs a single broker
 	// that leads every partition.
 	Cluster Cluster
+	// Coordinator coordinates consumer groups. Nil: a standalone one over
+	// the data dir (this broker coordinates every group).
+	Coordinator *coord.Coordinator
+	// Now is the clock (tests inject); nil is time.Now.
+	Now func() time.Time
+	// Group configures the standalone coordinator's groups; nil: Kafka's
+	// defaults (3 s initial rebalance delay, 6 s-30 min session timeouts).
+	Group *group.Config
 }
 
 func (c *Config) setDefaults() {
@@ -81,6 +92,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	if c.TopicsChanged == nil {
 		c.TopicsChanged = func() {}
@@ -119,6 +133,7 @@ type Broker struct {
 	cfg       Config
 	log       *slog.Logger
 	topics    *topics.Registry
+	coord     *coord.Coordinator
 	clusterID string
 	pids      *pidAllocator
 
@@ -135,7 +150,18 @@ type Broker struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	ownCoord  *offsets.Store // the offsets store this broker opened itself, closed with it
 }
+
+// OffsetsDir is where committed offsets live on the volume.
+func OffsetsDir(dataDir string) string {
+	return filepath.Join(dataDir, "__cluster", "__consumer_offsets")
+}
+
+func (b *Broker) now() time.Time { return b.cfg.Now() }
+
+// Coordinator is the group coordinator this broker serves with.
+func (b *Broker) Coordinator() *coord.Coordinator { return b.coord }
 
 type tp struct {
 	topic     string
@@ -169,6 +195,23 @@ func New(cfg Config) (*Broker, error) {
 	}
 	if b.cfg.Cluster == nil {
 		b.cfg.Cluster = single{b}
+	}
+	b.coord = cfg.Coordinator
+	if b.coord == nil {
+		store, err := offsets.Open(offsets.Options{Dir: OffsetsDir(cfg.DataDir), Logger: log})
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		gc := group.DefaultConfig()
+		if cfg.Group != nil {
+			gc = *cfg.Group
+		}
+		self := b.self()
+		b.coord = coord.New(coord.Config{Me: fmt.Sprintf("kaas-%d", cfg.ID), Store: store, Logger: log,
+			Standalone: true, Now: cfg.Now, Group: gc,
+			Self: coord.Broker{ID: fmt.Sprintf("kaas-%d", cfg.ID), NodeID: cfg.ID, Host: self.Host, Port: self.Port}})
+		b.ownCoord = store
 	}
 	b.wg.Add(1)
 	go b.housekeeping()
@@ -288,6 +331,11 @@ func (b *Broker) close(ctx context.Context) error {
 	b.partMu.Unlock()
 	for _, p := range parts {
 		if cerr := p.close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	if b.ownCoord != nil {
+		if cerr := b.ownCoord.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
 	}

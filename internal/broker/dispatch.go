@@ -20,14 +20,25 @@ var handlers map[int16]handler
 
 func init() {
 	handlers = map[int16]handler{
-		kmsg.Produce.Int16():        (*Broker).handleProduce,
-		kmsg.Fetch.Int16():          (*Broker).handleFetch,
-		kmsg.ListOffsets.Int16():    (*Broker).handleListOffsets,
-		kmsg.Metadata.Int16():       (*Broker).handleMetadata,
-		kmsg.ApiVersions.Int16():    (*Broker).handleAPIVersions,
-		kmsg.CreateTopics.Int16():   (*Broker).handleCreateTopics,
-		kmsg.DeleteTopics.Int16():   (*Broker).handleDeleteTopics,
-		kmsg.InitProducerID.Int16(): (*Broker).handleInitProducerID,
+		kmsg.Produce.Int16():         (*Broker).handleProduce,
+		kmsg.Fetch.Int16():           (*Broker).handleFetch,
+		kmsg.ListOffsets.Int16():     (*Broker).handleListOffsets,
+		kmsg.Metadata.Int16():        (*Broker).handleMetadata,
+		kmsg.ApiVersions.Int16():     (*Broker).handleAPIVersions,
+		kmsg.CreateTopics.Int16():    (*Broker).handleCreateTopics,
+		kmsg.DeleteTopics.Int16():    (*Broker).handleDeleteTopics,
+		kmsg.InitProducerID.Int16():  (*Broker).handleInitProducerID,
+		kmsg.FindCoordinator.Int16(): (*Broker).handleFindCoordinator,
+		kmsg.OffsetCommit.Int16():    (*Broker).handleOffsetCommit,
+		kmsg.OffsetFetch.Int16():     (*Broker).handleOffsetFetch,
+		kmsg.JoinGroup.Int16():       (*Broker).handleJoinGroup,
+		kmsg.SyncGroup.Int16():       (*Broker).handleSyncGroup,
+		kmsg.Heartbeat.Int16():       (*Broker).handleHeartbeat,
+		kmsg.LeaveGroup.Int16():      (*Broker).handleLeaveGroup,
+		kmsg.DescribeGroups.Int16():  (*Broker).handleDescribeGroups,
+		kmsg.ListGroups.Int16():      (*Broker).handleListGroups,
+		kmsg.DeleteGroups.Int16():    (*Broker).handleDeleteGroups,
+		kmsg.OffsetDelete.Int16():    (*Broker).handleOffsetDelete,
 	}
 }
 

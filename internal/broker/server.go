@@ -234,6 +234,14 @@ func (c *conn) write(in <-chan pending, done chan<- struct{}) {
 	}
 }
 
+// clientHost is the client's address as Kafka reports it ("/127.0.0.1").
+func (c *conn) clientHost() string {
+	if a, ok := c.nc.RemoteAddr().(*net.TCPAddr); ok {
+		return "/" + a.IP.String()
+	}
+	return "/" + c.nc.RemoteAddr().String()
+}
+
 func splitHostPort(addr string) (string, int32, error) {
 	h, p, err := net.SplitHostPort(addr)
 	if err != nil {

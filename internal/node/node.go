@@ -16,6 +16,9 @@ import (
 
 	"github.com/kaas-dev/kaas/internal/broker"
 	"github.com/kaas-dev/kaas/internal/cluster"
+	"github.com/kaas-dev/kaas/internal/coord"
+	"github.com/kaas-dev/kaas/internal/group"
+	"github.com/kaas-dev/kaas/internal/offsets"
 )
 
 // Config is a broker's configuration plus the cluster runtime's timings.
@@ -27,6 +30,7 @@ type Config struct {
 	PollInterval   time.Duration // assignment poll / controller tick; default 200ms
 	ReadyTimeout   time.Duration // how long Start waits for the first assignment; default 30s
 	Elector        cluster.Elector
+	Group          *group.Config // nil: Kafka's defaults
 }
 
 // Name is the broker id used in assignment.json for a node id.
@@ -40,6 +44,7 @@ type Node struct {
 	view    *view
 	served  chan error
 	stopped atomic.Bool
+	store   *offsets.Store
 }
 
 // Start opens the broker, binds its listener, starts the cluster runtime,
@@ -52,6 +57,21 @@ func Start(cfg Config) (*Node, error) {
 	v := &view{}
 	bc := cfg.Broker
 	bc.Cluster = v
+	log := bc.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	store, err := offsets.Open(offsets.Options{Dir: broker.OffsetsDir(bc.DataDir), Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	gc := group.DefaultConfig()
+	if cfg.Group != nil {
+		gc = *cfg.Group
+	}
+	co := coord.New(coord.Config{Me: Name(bc.ID), Self: coord.Broker{ID: Name(bc.ID), NodeID: bc.ID},
+		Store: store, Logger: log, Now: bc.Now, Group: gc})
+	bc.Coordinator = co
 	var rt *cluster.Runtime
 	bc.TopicsChanged = func() {
 		if rt != nil {
@@ -60,6 +80,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	b, err := broker.New(bc)
 	if err != nil {
+		store.Close()
 		return nil, err
 	}
 	if err := b.Listen(); err != nil {
@@ -76,14 +97,10 @@ func Start(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: advertise %q: %w", adv, err)
 	}
 	port, _ := strconv.Atoi(portS)
-	log := bc.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	rt, err = cluster.New(cluster.Config{
 		DataDir: bc.DataDir, ID: Name(bc.ID), NodeID: bc.ID, Host: host, Port: int32(port), Rack: bc.Rack,
 		ReportInterval: cfg.ReportInterval, DeadAfter: cfg.DeadAfter, PollInterval: cfg.PollInterval,
-		Elector: cfg.Elector, Logger: log,
+		Elector: cfg.Elector, Logger: log, ActiveGroups: co.ActiveGroups,
 		Topics: func() []cluster.TopicInfo {
 			if err := b.Topics().Refresh(); err != nil {
 				log.Warn("topic registry refresh failed", "err", err)
@@ -100,12 +117,17 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	v.rt, v.me = rt, bc.ID
-	rt.OnApply(func(_, next *cluster.Assignment) {
+	// On every applied assignment: the coordinator swaps in the
+	// assignment-backed source and sweeps orphans first, then leadership
+	// moves. The first application happens before Ready, so the bootstrap
+	// source never serves a client.
+	rt.OnApply(func(prev, next *cluster.Assignment) {
+		co.Apply(prev, next)
 		v.update(next)
 		b.AssignmentChanged()
 	})
 	rt.Start()
-	n := &Node{Broker: b, Runtime: rt, log: log, view: v, served: make(chan error, 1)}
+	n := &Node{Broker: b, Runtime: rt, log: log, view: v, served: make(chan error, 1), store: store}
 	select {
 	case <-rt.Ready():
 	case <-time.After(cfg.ReadyTimeout):
@@ -140,6 +162,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	if rerr := n.Runtime.Stop(ctx); rerr != nil && err == nil {
 		err = rerr
 	}
+	if cerr := n.store.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
 	return err
 }
 
@@ -153,6 +178,7 @@ func (n *Node) Kill() {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // an expired context: the listener's connections are cut at once
 	_ = n.Broker.Close(ctx)
+	_ = n.store.Close()
 	select {
 	case <-n.served:
 	default:

@@ -19,6 +19,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -434,6 +435,34 @@ func (s *Store) DeleteTopic(ctx context.Context, topic string, fence func(group 
 		}
 	}
 	return first
+}
+
+// Groups lists every group that has an offsets file in the directory
+// (hashed long names are resolved by reading the id stored in the file).
+// It scans the directory: for listings and retention, not request paths.
+func (s *Store) Groups() ([]string, error) {
+	entries, err := s.fs.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("offsets: read %s: %w", s.dir, err)
+	}
+	out := make([]string, 0, len(entries))
+	for _, de := range entries {
+		name := de.Name()
+		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, fileSuffix) {
+			continue
+		}
+		group, ok := GroupFromFileName(name)
+		if !ok {
+			d, err := s.readDecoded(filepath.Join(s.dir, name))
+			if err != nil || !d.hasGroup || FileName(d.group) != name {
+				continue
+			}
+			group = d.group
+		}
+		out = append(out, group)
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 func (s *Store) readDecoded(path string) (decoded, error) {

@@ -13,14 +13,25 @@ type Range struct{ Min, Max int16 }
 // every field of every listed version is honoured by the broker's handler.
 // The broker's tests check that each key here has a handler.
 var versions = map[int16]Range{
-	kmsg.Produce.Int16():        {3, 11},
-	kmsg.Fetch.Int16():          {4, 16},
-	kmsg.ListOffsets.Int16():    {1, 8},
-	kmsg.Metadata.Int16():       {0, 12},
-	kmsg.ApiVersions.Int16():    {0, 4},
-	kmsg.CreateTopics.Int16():   {0, 7},
-	kmsg.DeleteTopics.Int16():   {0, 6},
-	kmsg.InitProducerID.Int16(): {0, 5},
+	kmsg.Produce.Int16():         {3, 11},
+	kmsg.Fetch.Int16():           {4, 16},
+	kmsg.ListOffsets.Int16():     {1, 8},
+	kmsg.Metadata.Int16():        {0, 12},
+	kmsg.ApiVersions.Int16():     {0, 4},
+	kmsg.CreateTopics.Int16():    {0, 7},
+	kmsg.DeleteTopics.Int16():    {0, 6},
+	kmsg.InitProducerID.Int16():  {0, 5},
+	kmsg.FindCoordinator.Int16(): {0, 5},
+	kmsg.OffsetCommit.Int16():    {0, 9},
+	kmsg.OffsetFetch.Int16():     {0, 9},
+	kmsg.JoinGroup.Int16():       {0, 9},
+	kmsg.SyncGroup.Int16():       {0, 5},
+	kmsg.Heartbeat.Int16():       {0, 4},
+	kmsg.LeaveGroup.Int16():      {0, 5},
+	kmsg.DescribeGroups.Int16():  {0, 6},
+	kmsg.ListGroups.Int16():      {0, 5},
+	kmsg.DeleteGroups.Int16():    {0, 2},
+	kmsg.OffsetDelete.Int16():    {0, 0},
 }
 
 // Supported reports the advertised range for key.

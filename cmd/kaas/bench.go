@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kaas-dev/kaas/internal/bench"
+)
+
+// runBench runs `kaas bench`: flags → bench.Config → bench.Run, then the
+// table to stdout and the report files to --out.
+func runBench(args []string) error {
+	fs := newFlagSet("bench")
+	var (
+		goals, concurrency, out, dataDir string
+		duration                         time.Duration
+		noTmpfs                          bool
+		common                           commonFlags
+	)
+	fs.StringVar(&goals, "goals", "", "comma-separated goals to run (default all: "+strings.Join(bench.GoalNames(), ",")+")")
+	fs.DurationVar(&duration, "duration", 5*time.Second, "how long each throughput measurement runs")
+	fs.StringVar(&concurrency, "concurrency", "1,8,64", "comma-separated producer counts")
+	fs.StringVar(&out, "out", "docs/bench", "directory for REPORT.md and bench.png (empty: none)")
+	fs.StringVar(&dataDir, "data-dir", "", "a directory on the volume under test (default: the system temp dir)")
+	fs.BoolVar(&noTmpfs, "no-tmpfs", false, "skip the kaas-on-tmpfs target")
+	common.register(fs)
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	log, err := common.logger()
+	if err != nil {
+		return err
+	}
+	cfg := bench.Config{Duration: duration, DataDir: dataDir, NoTmpfs: noTmpfs, Log: log}
+	if goals != "" {
+		cfg.Goals = strings.Split(goals, ",")
+	}
+	for _, s := range strings.Split(concurrency, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 1024 {
+			return fmt.Errorf("--concurrency: %q is not a count in 1..1024", s)
+		}
+		cfg.Concurrency = append(cfg.Concurrency, n)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := rep.WriteTable(os.Stdout); err != nil {
+		return err
+	}
+	if out != "" {
+		if err := rep.WriteFiles(out); err != nil {
+			return err
+		}
+		fmt.Printf("report: %s/REPORT.md, chart: %s/bench.png\n", out, out)
+	}
+	if len(rep.Errors) > 0 {
+		return fmt.Errorf("bench: %d goal(s) failed", len(rep.Errors))
+	}
+	return nil
+}

@@ -1,0 +1,94 @@
+package broker
+
+// OffsetCommit: versions 0-9. Answered after the fsync that makes the
+// offsets durable. Generation -1 without a member is a simple commit;
+// otherwise the group's state machine checks member, instance and
+// generation. Per partition: OFFSET_METADATA_TOO_LARGE over 4096 bytes,
+// UNKNOWN_TOPIC_OR_PARTITION for a topic or partition that does not exist.
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-dev/kaas/internal/coord"
+	"github.com/kaas-dev/kaas/internal/offsets"
+	"github.com/kaas-dev/kaas/internal/wire"
+)
+
+// maxOffsetMetadata is Kafka's offset.metadata.max.bytes default.
+const maxOffsetMetadata = 4096
+
+func (b *Broker) handleOffsetCommit(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
+	r := req.Body.(*kmsg.OffsetCommitRequest)
+	resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
+	nowMs := b.now().UnixMilli()
+	offs := map[offsets.TP]offsets.Offset{}
+	type slot struct{ t, p int }
+	var pending []slot
+	for ti, rt := range r.Topics {
+		st := kmsg.NewOffsetCommitResponseTopic()
+		st.Topic = rt.Topic
+		t, known := b.topics.Get(rt.Topic)
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewOffsetCommitResponseTopicPartition()
+			sp.Partition = rp.Partition
+			switch {
+			case rp.Metadata != nil && len(*rp.Metadata) > maxOffsetMetadata:
+				sp.ErrorCode = kerr.OffsetMetadataTooLarge.Code
+			case !known || rp.Partition < 0 || rp.Partition >= t.Partitions:
+				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			default:
+				o := offsets.Offset{Offset: rp.Offset, LeaderEpoch: -1, CommitTimestamp: nowMs, ExpireTimestamp: -1}
+				if r.Version >= 6 {
+					o.LeaderEpoch = rp.LeaderEpoch
+				}
+				if rp.Metadata != nil {
+					o.Metadata = *rp.Metadata
+				}
+				if r.Version == 1 && rp.Timestamp != -1 {
+					o.CommitTimestamp = rp.Timestamp
+				}
+				if r.Version >= 2 && r.Version <= 4 && r.RetentionTimeMillis > 0 {
+					o.ExpireTimestamp = nowMs + r.RetentionTimeMillis
+				}
+				offs[offsets.TP{Topic: rt.Topic, Partition: rp.Partition}] = o
+				pending = append(pending, slot{ti, len(st.Partitions)})
+			}
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	gen, member := r.Generation, r.MemberID
+	if r.Version == 0 {
+		gen, member = -1, ""
+	}
+	setAll := func(e *kerr.Error) {
+		for _, s := range pending {
+			resp.Topics[s.t].Partitions[s.p].ErrorCode = e.Code
+		}
+	}
+	if r.Group == "" {
+		for ti := range resp.Topics {
+			for pi := range resp.Topics[ti].Partitions {
+				resp.Topics[ti].Partitions[pi].ErrorCode = kerr.InvalidGroupID.Code
+			}
+		}
+		return now(resp)
+	}
+	if len(pending) == 0 {
+		return now(resp)
+	}
+	return func() kmsg.Response {
+		err := b.coord.Commit(ctx, coord.CommitInput{Group: r.Group, Generation: gen, MemberID: member, InstanceID: r.InstanceID, Offsets: offs})
+		if err != nil {
+			e := coordError(err)
+			if e == kerr.CoordinatorNotAvailable || e == kerr.UnknownServerError {
+				b.log.Error("offset commit failed", "group", r.Group, "err", err)
+			}
+			setAll(e)
+		}
+		return resp
+	}
+}

@@ -1,0 +1,24 @@
+package broker
+
+// Heartbeat: versions 0-4.
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-dev/kaas/internal/group"
+	"github.com/kaas-dev/kaas/internal/wire"
+)
+
+func (b *Broker) handleHeartbeat(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
+	r := req.Body.(*kmsg.HeartbeatRequest)
+	resp := r.ResponseKind().(*kmsg.HeartbeatResponse)
+	res, err := b.coord.Heartbeat(r.Group, group.HeartbeatInput{MemberID: r.MemberID, InstanceID: r.InstanceID, Generation: r.Generation})
+	if err != nil {
+		resp.ErrorCode = coordError(err).Code
+	} else {
+		resp.ErrorCode = res.Err
+	}
+	return now(resp)
+}

@@ -1,0 +1,47 @@
+package broker
+
+// ListGroups: versions 0-5. Lists only the groups this broker coordinates
+// (admin clients union the answers of every broker). v4 filters by state,
+// v5 by type (every kaas group is "classic").
+
+import (
+	"context"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-dev/kaas/internal/wire"
+)
+
+func (b *Broker) handleListGroups(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
+	r := req.Body.(*kmsg.ListGroupsRequest)
+	resp := r.ResponseKind().(*kmsg.ListGroupsResponse)
+	groups, err := b.coord.List()
+	if err != nil {
+		resp.ErrorCode = coordError(err).Code
+		return now(resp)
+	}
+	match := func(filter []string, v string) bool {
+		if len(filter) == 0 {
+			return true
+		}
+		for _, f := range filter {
+			if strings.EqualFold(f, v) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, g := range groups {
+		if r.Version >= 4 && !match(r.StatesFilter, g.State) {
+			continue
+		}
+		if r.Version >= 5 && !match(r.TypesFilter, "classic") {
+			continue
+		}
+		lg := kmsg.NewListGroupsResponseGroup()
+		lg.Group, lg.ProtocolType, lg.GroupState, lg.GroupType = g.Group, g.ProtocolType, g.State, "classic"
+		resp.Groups = append(resp.Groups, lg)
+	}
+	return now(resp)
+}

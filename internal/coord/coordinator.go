@@ -1,0 +1,540 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/kaas-dev/kaas/internal/cluster"
+	"github.com/kaas-dev/kaas/internal/group"
+	"github.com/kaas-dev/kaas/internal/offsets"
+)
+
+// Errors returned to the broker, which maps them to Kafka codes.
+var (
+	ErrNotCoordinator       = errors.New("coord: not the coordinator of this group")
+	ErrNotAvailable         = errors.New("coord: coordinator not available")
+	ErrInvalidGroupID       = errors.New("coord: invalid group id")
+	ErrGroupNotFound        = errors.New("coord: group not found")
+	ErrNonEmptyGroup        = errors.New("coord: group has members")
+	ErrIllegalGeneration    = errors.New("coord: illegal generation")
+	ErrSubscribedToTopic    = errors.New("coord: group subscribed to topic")
+	ErrCoordinatorLoadError = errors.New("coord: offsets unavailable")
+)
+
+// CodeError carries a Kafka error code decided by the group state machine.
+type CodeError int16
+
+func (c CodeError) Error() string { return fmt.Sprintf("coord: group error code %d", int16(c)) }
+
+// Config configures a Coordinator.
+type Config struct {
+	Me        string // this broker's id
+	Self      Broker // this broker, for the bootstrap source
+	Store     *offsets.Store
+	Logger    *slog.Logger
+	Retention time.Duration    // offsets retention (KIP-211); default 7 days
+	Now       func() time.Time // nil: time.Now
+	// Standalone: no cluster runtime will ever swap the source; the local
+	// source serves clients.
+	Standalone bool
+	// Group configures every group's state machine.
+	Group group.Config
+}
+
+// Coordinator holds the groups this broker coordinates.
+type Coordinator struct {
+	cfg   Config
+	log   *slog.Logger
+	own   *Ownership
+	store *offsets.Store
+
+	mu     sync.Mutex // guards groups and table; taken before any shell.mu
+	groups map[string]*shell
+	table  *Table // the assignment in force, nil before the first
+}
+
+// shell is one resident group. Lock order: Coordinator.mu, then shell.mu.
+type shell struct {
+	id string
+
+	mu         sync.Mutex // guards the fields below
+	lastCommit time.Time
+	emptySince time.Time
+	gone       bool // unloaded: a caller holding this shell must look again
+	member     *membership
+	// staged holds transactional offsets per producer id until their
+	// transaction ends (TxnOffsetCommit); they are invisible to OffsetFetch.
+	staged map[int64]map[offsets.TP]offsets.Offset
+}
+
+// New returns a Coordinator with the permissive bootstrap source.
+func New(cfg Config) *Coordinator {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = 7 * 24 * time.Hour
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Coordinator{
+		cfg: cfg, log: cfg.Logger, store: cfg.Store,
+		own:    NewOwnership(cfg.Me, Local{Self: cfg.Self, Standalone: cfg.Standalone}),
+		groups: map[string]*shell{},
+	}
+}
+
+// Ownership is the ownership function this coordinator uses.
+func (c *Coordinator) Ownership() *Ownership { return c.own }
+
+// Serving reports whether the coordinator may answer client traffic: never
+// on the bootstrap source of a clustered broker (trap 10).
+func (c *Coordinator) Serving() bool { return c.own.Source().Serving() }
+
+// FindGroup returns the coordinator of group.
+func (c *Coordinator) FindGroup(group string) (Broker, error) {
+	if !c.Serving() {
+		return Broker{}, ErrNotAvailable
+	}
+	b, ok := c.own.Source().Group(group)
+	if !ok {
+		return Broker{}, ErrNotAvailable
+	}
+	return b, nil
+}
+
+// FindTxn returns the coordinator of a transactional id.
+func (c *Coordinator) FindTxn(id string) (Broker, error) {
+	if !c.Serving() {
+		return Broker{}, ErrNotAvailable
+	}
+	b, ok := c.own.Source().Txn(id)
+	if !ok {
+		return Broker{}, ErrNotAvailable
+	}
+	return b, nil
+}
+
+// check validates a group id and ownership.
+func (c *Coordinator) check(group string) error {
+	if group == "" {
+		return ErrInvalidGroupID
+	}
+	if !c.Serving() {
+		return ErrNotAvailable
+	}
+	if !c.own.OwnsGroup(group) {
+		return ErrNotCoordinator
+	}
+	return nil
+}
+
+// shellFor returns the resident shell of an owned group, creating it.
+func (c *Coordinator) shellFor(group string) *shell {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.groups[group]
+	if !ok {
+		s = &shell{id: group, emptySince: c.cfg.Now()}
+		c.groups[group] = s
+	}
+	return s
+}
+
+// resident returns the shell of group if it is in memory.
+func (c *Coordinator) resident(group string) *shell {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.groups[group]
+}
+
+func storeErr(group string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, offsets.ErrFenced):
+		return ErrNotCoordinator
+	case errors.Is(err, offsets.ErrInvalidGroup):
+		return ErrInvalidGroupID
+	}
+	return fmt.Errorf("%w: group %q: %v", ErrCoordinatorLoadError, group, err)
+}
+
+// CommitInput is an OffsetCommit for one group.
+type CommitInput struct {
+	Group      string
+	Generation int32
+	MemberID   string
+	InstanceID *string
+	Offsets    map[offsets.TP]offsets.Offset
+}
+
+// Commit checks membership and generation, then makes the offsets durable.
+// It returns only after the fsync that covers them.
+func (c *Coordinator) Commit(ctx context.Context, in CommitInput) error {
+	if err := c.check(in.Group); err != nil {
+		return err
+	}
+	s := c.shellFor(in.Group)
+	s.mu.Lock()
+	if s.gone {
+		s.mu.Unlock()
+		return ErrNotCoordinator
+	}
+	if err := s.checkCommit(in.Generation, in.MemberID, in.InstanceID); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	s.lastCommit = c.cfg.Now()
+	s.mu.Unlock()
+	if len(in.Offsets) == 0 {
+		return nil
+	}
+	return storeErr(in.Group, c.store.Commit(ctx, in.Group, c.own.Source().Fence(), in.Offsets))
+}
+
+// Fetch returns a group's committed offsets: all of them when tps is nil,
+// else those asked for (missing ones absent from the map; the broker
+// answers -1). An unknown group has no offsets and no error.
+func (c *Coordinator) Fetch(group string, tps []offsets.TP) (map[offsets.TP]offsets.Offset, error) {
+	if err := c.check(group); err != nil {
+		return nil, err
+	}
+	all, err := c.store.Load(group)
+	if err != nil {
+		return nil, storeErr(group, err)
+	}
+	if tps == nil {
+		return all, nil
+	}
+	out := make(map[offsets.TP]offsets.Offset, len(tps))
+	for _, tp := range tps {
+		if o, ok := all[tp]; ok {
+			out[tp] = o
+		}
+	}
+	return out, nil
+}
+
+// DeleteOffsets removes committed offsets of topics the group does not
+// subscribe to (OffsetDelete). Per-topic refusals come back in the map.
+func (c *Coordinator) DeleteOffsets(ctx context.Context, group string, tps []offsets.TP) (map[string]error, error) {
+	if err := c.check(group); err != nil {
+		return nil, err
+	}
+	exists, err := c.store.Exists(group)
+	if err != nil {
+		return nil, storeErr(group, err)
+	}
+	subscribed := map[string]bool{}
+	hasMembers := false
+	if s := c.resident(group); s != nil {
+		s.mu.Lock()
+		if s.member != nil && !s.member.empty() {
+			hasMembers = true
+			for _, t := range s.member.subscribedTopics() {
+				subscribed[t] = true
+			}
+		}
+		s.mu.Unlock()
+	}
+	if !exists && !hasMembers {
+		return nil, ErrGroupNotFound
+	}
+	refused := map[string]error{}
+	var del []offsets.TP
+	for _, tp := range tps {
+		if subscribed[tp.Topic] {
+			refused[tp.Topic] = ErrSubscribedToTopic
+			continue
+		}
+		del = append(del, tp)
+	}
+	if len(del) > 0 {
+		if err := c.store.Delete(ctx, group, c.own.Source().Fence(), del); err != nil {
+			return nil, storeErr(group, err)
+		}
+	}
+	return refused, nil
+}
+
+// DeleteGroup deletes an Empty group and its committed offsets, including a
+// group that exists only as an offsets file (trap 2).
+func (c *Coordinator) DeleteGroup(ctx context.Context, group string) error {
+	if err := c.check(group); err != nil {
+		return err
+	}
+	s := c.resident(group)
+	if s != nil {
+		s.mu.Lock()
+		nonEmpty := s.member != nil && !s.member.empty()
+		s.mu.Unlock()
+		if nonEmpty {
+			return ErrNonEmptyGroup
+		}
+	}
+	existed, err := c.store.DeleteGroup(ctx, group, c.own.Source().Fence())
+	if err != nil {
+		return storeErr(group, err)
+	}
+	hadMembership := false
+	if s != nil {
+		c.mu.Lock()
+		if c.groups[group] == s {
+			delete(c.groups, group)
+		}
+		c.mu.Unlock()
+		s.mu.Lock()
+		hadMembership = s.member != nil && s.member.generation() > 0
+		s.unload()
+		s.mu.Unlock()
+	}
+	if !existed && !hadMembership {
+		return ErrGroupNotFound
+	}
+	c.log.Info("group deleted", "group", group)
+	return nil
+}
+
+// Listing is one ListGroups entry.
+type Listing struct {
+	Group        string
+	State        string
+	ProtocolType string
+}
+
+// List returns the groups this broker coordinates: resident ones and those
+// that exist only as offsets files on the volume.
+func (c *Coordinator) List() ([]Listing, error) {
+	if !c.Serving() {
+		return nil, ErrNotAvailable
+	}
+	seen := map[string]bool{}
+	var out []Listing
+	c.mu.Lock()
+	shells := make([]*shell, 0, len(c.groups))
+	for _, s := range c.groups {
+		shells = append(shells, s)
+	}
+	c.mu.Unlock()
+	for _, s := range shells {
+		if !c.own.OwnsGroup(s.id) {
+			continue
+		}
+		s.mu.Lock()
+		l := Listing{Group: s.id, State: "Empty"}
+		if s.member != nil {
+			l.State, l.ProtocolType = s.member.state(), s.member.protocolType()
+		}
+		gone := s.gone
+		s.mu.Unlock()
+		if gone {
+			continue
+		}
+		if l.State == "Empty" && l.ProtocolType == "" {
+			// A group known only by commits is listed when it has offsets.
+			if ok, err := c.store.Exists(s.id); err != nil || !ok {
+				continue
+			}
+		}
+		seen[s.id] = true
+		out = append(out, l)
+	}
+	names, err := c.store.Groups()
+	if err != nil {
+		return nil, storeErr("", err)
+	}
+	for _, g := range names {
+		if seen[g] || !c.own.OwnsGroup(g) {
+			continue
+		}
+		seen[g] = true
+		out = append(out, Listing{Group: g, State: "Empty"})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Group < out[j].Group })
+	return out, nil
+}
+
+// Apply installs the assignment-backed source for a newly applied
+// assignment and runs the takeover: every resident group that the new
+// assignment routes elsewhere is dropped (the orphan sweep, over every
+// resident group, not only those believed owned); gained groups are loaded
+// lazily on first touch. Both sides log each move.
+func (c *Coordinator) Apply(prev, next *cluster.Assignment) {
+	nt := NewTable(next)
+	c.mu.Lock()
+	pt := c.table
+	c.table = nt
+	c.own.Swap(nt)
+	var moved []*shell
+	for id, s := range c.groups {
+		if b, ok := nt.Group(id); !ok || b.ID != c.cfg.Me {
+			moved = append(moved, s)
+			delete(c.groups, id)
+		}
+	}
+	c.mu.Unlock()
+	for _, s := range moved {
+		to := "none"
+		if b, ok := nt.Group(s.id); ok {
+			to = b.ID
+		}
+		s.mu.Lock()
+		s.unload()
+		s.mu.Unlock()
+		c.store.Evict(s.id)
+		c.log.Info("group moved away", "group", s.id, "from", c.cfg.Me, "to", to,
+			"epoch", next.ControllerEpoch, "version", next.AssignmentVersion)
+	}
+	// Offsets resident in the store without a shell (fetched only) follow
+	// the same rule.
+	for _, g := range c.store.Resident() {
+		if b, ok := nt.Group(g); !ok || b.ID != c.cfg.Me {
+			c.store.Evict(g)
+		}
+	}
+	if pt == nil {
+		return
+	}
+	// The gaining side: log groups whose placement moved here. Groups are
+	// known by explicit entries in either assignment (a lazily loaded group
+	// is otherwise invisible until its first request, logged there).
+	cands := map[string]bool{}
+	for _, g := range pt.Explicit() {
+		cands[g] = true
+	}
+	for _, g := range nt.Explicit() {
+		cands[g] = true
+	}
+	for g := range cands {
+		pb, pok := pt.Group(g)
+		nb, nok := nt.Group(g)
+		if nok && nb.ID == c.cfg.Me && (!pok || pb.ID != c.cfg.Me) {
+			c.log.Info("group moved here", "group", g, "from", pb.ID, "to", c.cfg.Me,
+				"epoch", next.ControllerEpoch, "version", next.AssignmentVersion)
+		}
+	}
+}
+
+// ActiveGroups lists resident groups in use (members, or a commit in the
+// last five minutes): reported to the controller for group balancing.
+func (c *Coordinator) ActiveGroups() []string {
+	now := c.cfg.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for id, s := range c.groups {
+		s.mu.Lock()
+		active := (s.member != nil && !s.member.empty()) || now.Sub(s.lastCommit) < 5*time.Minute
+		s.mu.Unlock()
+		if active {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Resident lists the groups held in memory (shells and offsets).
+func (c *Coordinator) Resident() []string {
+	set := map[string]bool{}
+	c.mu.Lock()
+	for id := range c.groups {
+		set[id] = true
+	}
+	c.mu.Unlock()
+	for _, g := range c.store.Resident() {
+		set[g] = true
+	}
+	out := make([]string, 0, len(set))
+	for g := range set {
+		out = append(out, g)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// DeleteTopic removes a deleted topic's committed offsets from every group
+// this broker coordinates (a re-created topic must not inherit them).
+func (c *Coordinator) DeleteTopic(ctx context.Context, topic string) error {
+	fence := c.own.Source().Fence()
+	return c.store.DeleteTopic(ctx, topic, func(group string) (offsets.Fence, bool) {
+		return fence, c.own.OwnsGroup(group)
+	})
+}
+
+// ExpireOffsets applies offsets retention (KIP-211) to the groups this
+// broker coordinates that have no members. A consumer group that became
+// Empty here loses all its offsets once the retention has passed since then;
+// any other group (simple commits, or membership unknown since a move) loses
+// each offset once the retention has passed since its commit. Explicit
+// expire timestamps (OffsetCommit v2-v4) are honoured as given.
+func (c *Coordinator) ExpireOffsets(ctx context.Context) {
+	if !c.Serving() {
+		return
+	}
+	names, err := c.store.Groups()
+	if err != nil {
+		c.log.Warn("offsets retention: listing groups failed", "err", err)
+		return
+	}
+	now := c.cfg.Now()
+	for _, g := range names {
+		if !c.own.OwnsGroup(g) {
+			continue
+		}
+		at := now
+		if s := c.resident(g); s != nil {
+			s.mu.Lock()
+			skip := s.member != nil && !s.member.empty()
+			if !skip && s.member != nil && s.member.generation() > 0 {
+				if now.Sub(s.emptySince) < c.cfg.Retention {
+					skip = true
+				} else {
+					at = time.UnixMilli(math.MaxInt64 / 2) // every offset is past retention
+				}
+			}
+			s.mu.Unlock()
+			if skip {
+				continue
+			}
+		}
+		n, err := c.store.Expire(ctx, g, c.own.Source().Fence(), at.UnixMilli(), c.cfg.Retention.Milliseconds())
+		if err != nil {
+			c.log.Warn("offsets retention failed", "group", g, "err", err)
+			continue
+		}
+		if n > 0 {
+			c.log.Info("offsets expired", "group", g, "offsets", n)
+		}
+	}
+}
+
+// PendingTxnOffsets lists the partitions of a group with staged
+// transactional offsets (OffsetFetch require_stable answers
+// UNSTABLE_OFFSET_COMMIT for them).
+func (c *Coordinator) PendingTxnOffsets(group string) map[offsets.TP]bool {
+	s := c.resident(group)
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out map[offsets.TP]bool
+	for _, staged := range s.staged {
+		for tp := range staged {
+			if out == nil {
+				out = map[offsets.TP]bool{}
+			}
+			out[tp] = true
+		}
+	}
+	return out
+}

@@ -1,0 +1,228 @@
+package coord
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/kaas-dev/kaas/internal/group"
+)
+
+// membership is the thin shell around one group's pure state machine: it
+// feeds inputs under the shell's lock, delivers the responses the core
+// returns to the waiting requests, and arms the timers it asks for.
+// Every method runs with shell.mu held.
+type membership struct {
+	c      *Coordinator
+	s      *shell
+	core   *group.Group
+	timers map[group.TimerKey]armed
+}
+
+// armed is a timer the shell started for a slot, with the core's sequence.
+type armed struct {
+	t   *time.Timer
+	seq uint64
+}
+
+func (m *membership) empty() bool                { return m.core.Empty() }
+func (m *membership) generation() int32          { return m.core.Generation() }
+func (m *membership) state() string              { return m.core.State().String() }
+func (m *membership) protocolType() string       { return m.core.ProtocolType() }
+func (m *membership) subscribedTopics() []string { t, _ := m.core.Topics(); return t }
+
+// ensureMembership creates the state machine on first use. Called with
+// s.mu held.
+func (c *Coordinator) ensureMembership(s *shell) *membership {
+	if s.member == nil {
+		s.member = &membership{c: c, s: s, core: group.New(s.id, c.cfg.Group), timers: map[group.TimerKey]armed{}}
+	}
+	return s.member
+}
+
+// checkCommit applies the group's generation rules to an OffsetCommit.
+// Called with s.mu held.
+func (s *shell) checkCommit(gen int32, member string, instance *string) error {
+	if s.member == nil {
+		// No membership here: a simple commit is allowed; a member's commit
+		// comes from a generation this coordinator never saw (Kafka answers
+		// ILLEGAL_GENERATION for a group it does not have).
+		if gen < 0 {
+			return nil
+		}
+		return ErrIllegalGeneration
+	}
+	code, out := s.member.core.CheckCommit(s.member.c.cfg.Now(), group.CommitCheck{MemberID: member, InstanceID: instance, Generation: gen})
+	s.member.apply(out)
+	if code != 0 {
+		return CodeError(code)
+	}
+	return nil
+}
+
+// unload answers every parked request so that clients go back to
+// FindCoordinator, stops the timers, and forgets the group. Called with
+// s.mu held.
+func (s *shell) unload() {
+	s.gone = true
+	if s.member == nil {
+		return
+	}
+	m := s.member
+	m.apply(m.core.Unload())
+	for k, a := range m.timers {
+		a.t.Stop()
+		delete(m.timers, k)
+	}
+	s.member = nil
+}
+
+// apply performs an Output: responses, timers, log events. Called with
+// s.mu held; channel sends never block (each waiter's channel has room for
+// its one answer).
+func (m *membership) apply(out group.Output) {
+	for _, r := range out.Joins {
+		r.Ref.(chan group.JoinResult) <- r
+	}
+	for _, r := range out.Syncs {
+		r.Ref.(chan group.SyncResult) <- r
+	}
+	for _, r := range out.Heartbeats {
+		r.Ref.(chan group.HeartbeatResult) <- r
+	}
+	for _, r := range out.Leaves {
+		r.Ref.(chan group.LeaveResult) <- r
+	}
+	for _, k := range out.Cancel {
+		if a, ok := m.timers[k]; ok {
+			a.t.Stop()
+			delete(m.timers, k)
+		}
+	}
+	for _, a := range out.Arm {
+		if old, ok := m.timers[a.Key]; ok {
+			old.t.Stop()
+		}
+		key, seq := a.Key, a.Seq
+		m.timers[key] = armed{t: time.AfterFunc(time.Until(a.At), func() { m.c.fire(m.s, m, key, seq) }), seq: seq}
+	}
+	for _, ev := range out.Events {
+		level := slog.LevelInfo
+		if ev.Kind == group.EventBug {
+			level = slog.LevelError
+		}
+		m.c.log.LogAttrs(context.Background(), level, ev.Kind.String(), ev.Attrs()...)
+	}
+	if m.core.Empty() && m.s.emptySince.IsZero() {
+		m.s.emptySince = m.c.cfg.Now()
+	} else if !m.core.Empty() {
+		m.s.emptySince = time.Time{}
+	}
+}
+
+// fire delivers a timer to the core, unless the group was unloaded or the
+// membership replaced since the timer was armed.
+func (c *Coordinator) fire(s *shell, m *membership, key group.TimerKey, seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone || s.member != m {
+		return
+	}
+	if a, ok := m.timers[key]; ok && a.seq == seq {
+		delete(m.timers, key)
+	}
+	m.apply(m.core.Timer(c.cfg.Now(), key, seq))
+}
+
+// begin locks an owned group's shell for a membership request and returns
+// its state machine; the caller unlocks s.mu.
+func (c *Coordinator) begin(groupID string) (*shell, *membership, error) {
+	if err := c.check(groupID); err != nil {
+		return nil, nil, err
+	}
+	s := c.shellFor(groupID)
+	s.mu.Lock()
+	if s.gone {
+		s.mu.Unlock()
+		return nil, nil, ErrNotCoordinator
+	}
+	return s, c.ensureMembership(s), nil
+}
+
+// Join feeds a JoinGroup to the group; the answer arrives on the returned
+// channel when the join phase ends (JoinGroup is a long poll).
+func (c *Coordinator) Join(groupID string, in group.JoinInput) (<-chan group.JoinResult, error) {
+	s, m, err := c.begin(groupID)
+	if err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	ch := make(chan group.JoinResult, 1)
+	in.Ref = ch
+	m.apply(m.core.Join(c.cfg.Now(), in))
+	return ch, nil
+}
+
+// Sync feeds a SyncGroup; followers wait for the leader's assignment.
+func (c *Coordinator) Sync(groupID string, in group.SyncInput) (<-chan group.SyncResult, error) {
+	s, m, err := c.begin(groupID)
+	if err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	ch := make(chan group.SyncResult, 1)
+	in.Ref = ch
+	m.apply(m.core.Sync(c.cfg.Now(), in))
+	return ch, nil
+}
+
+// Heartbeat feeds a Heartbeat; the answer is immediate.
+func (c *Coordinator) Heartbeat(groupID string, in group.HeartbeatInput) (group.HeartbeatResult, error) {
+	s, m, err := c.begin(groupID)
+	if err != nil {
+		return group.HeartbeatResult{}, err
+	}
+	defer s.mu.Unlock()
+	ch := make(chan group.HeartbeatResult, 1)
+	in.Ref = ch
+	m.apply(m.core.Heartbeat(c.cfg.Now(), in))
+	return <-ch, nil
+}
+
+// Leave feeds a LeaveGroup; the answer is immediate.
+func (c *Coordinator) Leave(groupID string, in group.LeaveInput) (group.LeaveResult, error) {
+	s, m, err := c.begin(groupID)
+	if err != nil {
+		return group.LeaveResult{}, err
+	}
+	defer s.mu.Unlock()
+	ch := make(chan group.LeaveResult, 1)
+	in.Ref = ch
+	m.apply(m.core.Leave(c.cfg.Now(), in))
+	return <-ch, nil
+}
+
+// Describe describes a group this broker coordinates. A group that exists
+// only as an offsets file is Empty; an unknown group is ErrGroupNotFound.
+func (c *Coordinator) Describe(groupID string) (group.Description, error) {
+	if err := c.check(groupID); err != nil {
+		return group.Description{}, err
+	}
+	if s := c.resident(groupID); s != nil {
+		s.mu.Lock()
+		if !s.gone && s.member != nil && (!s.member.empty() || s.member.generation() > 0) {
+			d := s.member.core.Describe()
+			s.mu.Unlock()
+			return d, nil
+		}
+		s.mu.Unlock()
+	}
+	ok, err := c.store.Exists(groupID)
+	if err != nil {
+		return group.Description{}, storeErr(groupID, err)
+	}
+	if !ok {
+		return group.Description{}, ErrGroupNotFound
+	}
+	return group.Description{State: "Empty"}, nil
+}
