@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kaas-dev/kaas/internal/broker"
+	"github.com/kaas-dev/kaas/internal/group"
 	"github.com/kaas-dev/kaas/internal/node"
 )
 
@@ -90,6 +91,11 @@ type commonFlags struct {
 	defaultPartitions   int
 	maxFrame            int
 	reportInterval      time.Duration
+	rebalanceDelay      time.Duration
+	minSession          time.Duration
+	maxSession          time.Duration
+	maxGroupSize        int
+	offsetsRetention    time.Duration
 	deadAfter           time.Duration
 }
 
@@ -100,6 +106,11 @@ func (c *commonFlags) register(fs flagSet) {
 	fs.IntVar(&c.defaultPartitions, "default-partitions", 1, "partitions of auto-created topics and of CreateTopics with -1")
 	fs.IntVar(&c.maxFrame, "max-frame-bytes", 100<<20, "largest request frame accepted")
 	fs.DurationVar(&c.reportInterval, "report-interval", time.Second, "how often a broker reports liveness")
+	fs.DurationVar(&c.rebalanceDelay, "group-initial-rebalance-delay", 3*time.Second, "initial rebalance delay of an empty group (0 allowed)")
+	fs.DurationVar(&c.minSession, "group-min-session-timeout", 6*time.Second, "smallest session timeout a member may ask for")
+	fs.DurationVar(&c.maxSession, "group-max-session-timeout", 30*time.Minute, "largest session timeout a member may ask for")
+	fs.IntVar(&c.maxGroupSize, "group-max-size", 0, "most members in one group (0: unlimited)")
+	fs.DurationVar(&c.offsetsRetention, "offsets-retention", 7*24*time.Hour, "committed offsets expire this long after their group became empty (KIP-211)")
 	fs.DurationVar(&c.deadAfter, "dead-after", 3*time.Second, "a broker whose reports stop for this long is dead")
 }
 
@@ -231,7 +242,11 @@ func runDev(args []string) error {
 
 // nodeConfig adds the cluster timings to a broker config.
 func (c *commonFlags) nodeConfig(bc broker.Config) node.Config {
-	return node.Config{Broker: bc, ReportInterval: c.reportInterval, DeadAfter: c.deadAfter}
+	gc := group.DefaultConfig()
+	gc.InitialRebalanceDelay = c.rebalanceDelay
+	gc.MinSessionTimeout, gc.MaxSessionTimeout, gc.MaxSize = c.minSession, c.maxSession, c.maxGroupSize
+	return node.Config{Broker: bc, ReportInterval: c.reportInterval, DeadAfter: c.deadAfter,
+		Group: &gc, OffsetsRetention: c.offsetsRetention}
 }
 
 // serveUntilSignal serves until SIGINT/SIGTERM, then drains and stops.

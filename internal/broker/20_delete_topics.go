@@ -68,6 +68,7 @@ func (b *Broker) handleDeleteTopics(_ context.Context, c *conn, req wire.Request
 				if err := b.removeTopicData(t); err != nil {
 					b.log.Warn("removing deleted topic's data failed", "topic", t.Name, "err", err)
 				}
+				b.purgeTopicOffsets(t.Name)
 			}
 		}
 		if st.ErrorCode != 0 {

@@ -277,12 +277,19 @@ func (b *Broker) housekeeping() {
 		case <-b.ctx.Done():
 			return
 		case <-refresh.C:
+			before := b.topics.All()
 			if err := b.topics.Refresh(); err != nil {
 				b.log.Warn("topic registry refresh failed", "err", err)
+			}
+			for _, t := range before {
+				if now, ok := b.topics.Get(t.Name); !ok || now.ID != t.ID {
+					b.purgeTopicOffsets(t.Name) // deleted by another broker
+				}
 			}
 			b.dropStalePartitions()
 		case <-retention.C:
 			b.enforceRetention()
+			b.coord.ExpireOffsets(b.ctx)
 		}
 	}
 }
@@ -473,6 +480,15 @@ func (b *Broker) dropStalePartitions() {
 		if err := p.close(); err != nil {
 			b.log.Warn("closing partition failed", "topic", p.topic, "partition", p.index, "err", err)
 		}
+	}
+}
+
+// purgeTopicOffsets removes a deleted topic's committed offsets from the
+// groups this broker coordinates, so that a re-created topic never inherits
+// them.
+func (b *Broker) purgeTopicOffsets(topic string) {
+	if err := b.coord.DeleteTopic(b.ctx, topic); err != nil {
+		b.log.Warn("removing a deleted topic's committed offsets failed", "topic", topic, "err", err)
 	}
 }
 

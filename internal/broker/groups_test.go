@@ -137,7 +137,7 @@ func TestConsumerGroupConvergesAndResumesFromCommits(t *testing.T) {
 	}
 }
 
-func TestOffsetFetchSemantics(t *testing.T) {
+func TestTrap9OffsetFetchNullTopicsReturnsAll(t *testing.T) {
 	b := startBroker(t, t.TempDir(), nil)
 	cl := client(t, b)
 	createTopic(t, cl, "of", 3, nil)

@@ -118,7 +118,7 @@ func TestComputeRowsStayUntilRemoved(t *testing.T) {
 	}
 }
 
-func TestComputeControllerIsAlwaysAliveAndStallDeclaresNoDeaths(t *testing.T) {
+func TestTrap12LivenessBlipNeverEmptiesTheAliveSet(t *testing.T) {
 	a := Compute(Inputs{Epoch: 1, Me: "kaas-0", Now: t0, Brokers: threeAlive(), Topics: []TopicInfo{{"t", 3}}})
 	// The controller's own report looks stale (its writes stall): it stays
 	// alive, and with Stalled nobody else dies either (trap 12).

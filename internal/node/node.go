@@ -31,6 +31,8 @@ type Config struct {
 	ReadyTimeout   time.Duration // how long Start waits for the first assignment; default 30s
 	Elector        cluster.Elector
 	Group          *group.Config // nil: Kafka's defaults
+	// OffsetsRetention is KIP-211's offsets.retention.minutes; 0: 7 days.
+	OffsetsRetention time.Duration
 }
 
 // Name is the broker id used in assignment.json for a node id.
@@ -70,7 +72,7 @@ func Start(cfg Config) (*Node, error) {
 		gc = *cfg.Group
 	}
 	co := coord.New(coord.Config{Me: Name(bc.ID), Self: coord.Broker{ID: Name(bc.ID), NodeID: bc.ID},
-		Store: store, Logger: log, Now: bc.Now, Group: gc})
+		Store: store, Logger: log, Now: bc.Now, Group: gc, Retention: cfg.OffsetsRetention})
 	bc.Coordinator = co
 	var rt *cluster.Runtime
 	bc.TopicsChanged = func() {

@@ -1,0 +1,225 @@
+package clustertest
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// coordinatorOf asks the cluster which node coordinates group.
+func coordinatorOf(t *testing.T, cl *kgo.Client, group string) int32 {
+	t.Helper()
+	req := kmsg.NewPtrFindCoordinatorRequest()
+	req.CoordinatorKey = group
+	resp, err := req.RequestWith(context.Background(), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.ErrorCode != 0 {
+		t.Fatalf("find coordinator %s: %v", group, kerr.ErrorForCode(resp.ErrorCode))
+	}
+	return resp.NodeID
+}
+
+// listUnion unions ListGroups over every live broker, as admin clients do,
+// counting how many brokers list each group.
+func listUnion(t *testing.T, c *Cluster) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, addr := range c.Addrs() {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := kmsg.NewPtrListGroupsRequest()
+		// Send to this broker specifically: its node id.
+		var resp *kmsg.ListGroupsResponse
+		for i := 0; i < 3; i++ {
+			md, err := kadm.NewClient(cl).BrokerMetadata(context.Background())
+			if err != nil {
+				continue
+			}
+			for _, b := range md.Brokers {
+				if fmt.Sprintf("%s:%d", b.Host, b.Port) == addr {
+					resp, err = req.RequestWith(context.Background(), cl.Broker(int(b.NodeID)))
+				}
+			}
+			if resp != nil {
+				break
+			}
+		}
+		cl.Close()
+		if resp == nil {
+			t.Fatalf("ListGroups on %s failed", addr)
+		}
+		for _, g := range resp.Groups {
+			out[g.Group]++
+		}
+	}
+	return out
+}
+
+func TestCoordinatorKilledNewCoordinatorServesCommittedOffsets(t *testing.T) {
+	c := Start(t, Options{Brokers: 3})
+	cl := client(t, c)
+	ctx := context.Background()
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 3, 1, nil, "commits"); err != nil {
+		t.Fatal(err)
+	}
+	// Groups on every broker, each with distinct offsets.
+	want := map[string]int64{}
+	for i := range 12 {
+		g := fmt.Sprintf("grp-%d", i)
+		o := kadm.Offsets{}
+		for p := int32(0); p < 3; p++ {
+			o.AddOffset("commits", p, int64(i*100)+int64(p), -1)
+		}
+		if _, err := adm.CommitOffsets(ctx, g, o); err != nil {
+			t.Fatal(err)
+		}
+		want[g] = int64(i * 100)
+	}
+	// Kill the coordinator of grp-0 (not the controller, to keep it simple
+	// only when they differ; either works).
+	victim := int(coordinatorOf(t, cl, "grp-0"))
+	var victimGroups []string
+	for g := range want {
+		if int(coordinatorOf(t, cl, g)) == victim {
+			victimGroups = append(victimGroups, g)
+		}
+	}
+	sort.Strings(victimGroups)
+	c.Kill(victim)
+	WaitFor(t, 10*time.Second, func() error {
+		for _, g := range victimGroups {
+			if int(coordinatorOf(t, cl, g)) == victim {
+				return fmt.Errorf("%s still routed to %d", g, victim)
+			}
+		}
+		return nil
+	})
+	for g, base := range want {
+		offs, err := adm.FetchOffsets(ctx, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p := int32(0); p < 3; p++ {
+			o, ok := offs.Lookup("commits", p)
+			if !ok || o.At != base+int64(p) {
+				t.Fatalf("%s/%d after failover: %+v (want %d)", g, p, o, base+int64(p))
+			}
+		}
+	}
+	// The new coordinators take commits.
+	for _, g := range victimGroups {
+		o := kadm.Offsets{}
+		o.AddOffset("commits", 0, 999, -1)
+		if _, err := adm.CommitOffsets(ctx, g, o); err != nil {
+			t.Fatalf("commit to %s on its new coordinator: %v", g, err)
+		}
+	}
+	// The old coordinator comes back and holds none of its groups in memory
+	// once the assignment routes them elsewhere; each group is listed once.
+	c.Restart(victim)
+	WaitFor(t, 10*time.Second, func() error {
+		for g, n := range listUnion(t, c) {
+			if n != 1 {
+				return fmt.Errorf("%s listed by %d brokers", g, n)
+			}
+		}
+		return nil
+	})
+	for _, g := range c.Node(victim).Broker.Coordinator().Resident() {
+		for _, vg := range victimGroups {
+			if g == vg && int(coordinatorOf(t, cl, vg)) != victim {
+				t.Fatalf("restarted broker holds %s, coordinated elsewhere", g)
+			}
+		}
+	}
+	union := listUnion(t, c)
+	for g := range want {
+		if union[g] != 1 {
+			t.Fatalf("%s listed %d times: %v", g, union[g], union)
+		}
+	}
+	// Offsets committed on the new coordinator survive the move back.
+	for _, g := range victimGroups {
+		offs, _ := adm.FetchOffsets(ctx, g)
+		if o, _ := offs.Lookup("commits", 0); o.At != 999 {
+			t.Fatalf("%s lost the commit made during failover: %+v", g, o)
+		}
+	}
+}
+
+func TestListGroupsUnionThroughKillsRestartsAndDeletes(t *testing.T) {
+	c := Start(t, Options{Brokers: 3})
+	cl := client(t, c)
+	ctx := context.Background()
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "lg"); err != nil {
+		t.Fatal(err)
+	}
+	live := map[string]bool{}
+	for i := range 20 {
+		g := fmt.Sprintf("lg-%d", i)
+		o := kadm.Offsets{}
+		o.AddOffset("lg", 0, 1, -1)
+		if _, err := adm.CommitOffsets(ctx, g, o); err != nil {
+			t.Fatal(err)
+		}
+		live[g] = true
+	}
+	check := func(stage string) {
+		t.Helper()
+		WaitFor(t, 10*time.Second, func() error {
+			u := listUnion(t, c)
+			for g := range live {
+				if u[g] != 1 {
+					return fmt.Errorf("%s: %s listed %d times", stage, g, u[g])
+				}
+			}
+			for g, n := range u {
+				if !live[g] {
+					return fmt.Errorf("%s: deleted or unknown group %s listed %d times", stage, g, n)
+				}
+			}
+			return nil
+		})
+	}
+	check("start")
+	// Delete a few.
+	var del []string
+	for i := 0; i < 20; i += 4 {
+		g := fmt.Sprintf("lg-%d", i)
+		del = append(del, g)
+		delete(live, g)
+	}
+	resp, err := adm.DeleteGroups(ctx, del...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for g, r := range resp {
+		if r.Err != nil {
+			t.Fatalf("delete %s: %v", g, r.Err)
+		}
+	}
+	check("after deletes")
+	victim := (c.Controller() + 1) % 3
+	c.Kill(victim)
+	check("after kill")
+	c.Restart(victim)
+	check("after restart")
+	ctrl := c.Controller()
+	c.Kill(ctrl)
+	check("after controller kill")
+	c.Restart(ctrl)
+	check("after controller restart")
+}
