@@ -43,14 +43,21 @@
 //     with startOffset <= o; recovery treats a batch that does not as a
 //     deposed leader's write and drops it.
 //   - log-start-offset, magic "KLS1": offset int64.
-//   - producer-state, magic "KPS1": a snapshot of the idempotent producer
+//   - producer-state, magic "KPS2": a snapshot of the idempotent producer
 //     table written at Close: coverEnd int64 (log end offset it covers),
 //     lastBase int64 and lastCRC uint32 (the last batch below coverEnd, to
 //     detect a log that was rewritten since), n uint32, then per producer:
 //     producerId int64, epoch int16, count uint8, count x {firstSeq int32,
-//     lastSeq int32, firstOffset int64, lastOffset int64}. Open trusts it only
-//     if that last batch is still in the log; batches after coverEnd are
-//     replayed from their headers.
+//     lastSeq int32, firstOffset int64, lastOffset int64}, open uint8 (1: an
+//     open transaction follows as firstOffset int64); then m uint32 and m x
+//     {producerId, firstOffset, lastOffset int64}, the aborted transactions
+//     still in the log. Open trusts it only if that last batch is still in
+//     the log; batches after coverEnd are replayed from their headers
+//     (control batches by reading their one record's key).
+//   - Transaction markers are control batches (attributes transactional |
+//     control) with one record: key = version int16 (0) + type int16 (0
+//     abort, 1 commit), value = version int16 (0) + coordinator epoch int32,
+//     as Kafka writes them.
 //
 // docs/storage.md explains the takeover ordering that makes the fence safe.
 package storage

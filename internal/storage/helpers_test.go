@@ -23,6 +23,7 @@ type spec struct {
 	codec    int16 // stored as-is: the records are not actually compressed
 	value    string
 	breakCRC bool
+	txn      bool // transactional (attributes bit 4)
 }
 
 // makeBatch assembles a magic-v2 batch the way a client would (baseOffset 0,
@@ -57,7 +58,11 @@ func makeBatch(s spec) []byte {
 	be.PutUint32(b[offBatchLength:], uint32(batchHeaderSize-logOverhead+len(recs)))
 	be.PutUint32(b[offLeaderEpoch:], 0xffffffff)
 	b[offMagic] = 2
-	be.PutUint16(b[offAttributes:], uint16(s.codec))
+	attrs := uint16(s.codec)
+	if s.txn {
+		attrs |= attrTransactional
+	}
+	be.PutUint16(b[offAttributes:], attrs)
 	be.PutUint32(b[offLastOffsetDelta:], uint32(s.n-1))
 	be.PutUint64(b[offBaseTimestamp:], uint64(s.baseTs))
 	be.PutUint64(b[offMaxTimestamp:], uint64(s.baseTs+int64(s.n-1)*s.tsStep))

@@ -86,6 +86,7 @@ type Log struct {
 	opts      Options
 	segs      []*segment // ascending base; the last one is active
 	producers map[int64]*producerState
+	aborted   []AbortedTxn // ascending LastOffset
 	history   []epochEntry
 	closed    bool
 	broken    error // a write failed and could not be undone; the log refuses appends
@@ -461,13 +462,23 @@ func (l *Log) loadProducers() error {
 		case snap.lastBase >= 0 && !l.batchMatches(snap.lastBase, snap.coverEnd, snap.lastCRC):
 			l.logger.Info("storage: producer snapshot is for a different log history", "covers", snap.coverEnd)
 		default:
-			l.producers, from = snap.producers, snap.coverEnd
+			l.producers, l.aborted, from = snap.producers, snap.aborted, snap.coverEnd
 		}
 	}
-	return l.eachHeader(from, func(h *batchHeader) {
-		if h.ProducerID >= 0 {
-			l.producers[h.ProducerID] = applyProducer(l.producers[h.ProducerID], h)
+	return l.eachHeader(from, func(seg *segment, pos int64, h *batchHeader) error {
+		if h.ProducerID < 0 {
+			return nil
 		}
+		if h.Attributes&attrControl != 0 {
+			commit, err := seg.controlType(pos, h)
+			if err != nil {
+				return err
+			}
+			l.applyMarker(h.ProducerID, h.ProducerEpoch, commit, h.BaseOffset)
+			return nil
+		}
+		l.producers[h.ProducerID] = applyProducer(l.producers[h.ProducerID], h)
+		return nil
 	})
 }
 
@@ -481,8 +492,9 @@ func (l *Log) batchMatches(base, end int64, crc uint32) bool {
 	return err == nil && h.BaseOffset == base && h.lastOffset() == end-1 && h.CRC == crc
 }
 
-// eachHeader calls fn for every batch header from the batch holding from to the end.
-func (l *Log) eachHeader(from int64, fn func(*batchHeader)) error {
+// eachHeader calls fn for every batch header from the batch holding from to
+// the end, with the segment and position of the batch.
+func (l *Log) eachHeader(from int64, fn func(*segment, int64, *batchHeader) error) error {
 	if from >= l.leo.Load() {
 		return nil
 	}
@@ -505,7 +517,9 @@ func (l *Log) eachHeader(from int64, fn func(*batchHeader)) error {
 				return err
 			}
 			if h.lastOffset() >= from {
-				fn(&h)
+				if err := fn(seg, pos, &h); err != nil {
+					return err
+				}
 			}
 			pos += h.size()
 		}
@@ -790,6 +804,16 @@ func (l *Log) Wait() <-chan struct{} {
 // Offsets outside [LogStartOffset, HighWatermark] fail with
 // ErrOffsetOutOfRange; offset == HighWatermark returns nothing.
 func (l *Log) Read(offset int64, maxBytes int, minOne bool) ([]byte, error) {
+	return l.read(offset, maxBytes, minOne, false)
+}
+
+// ReadCommitted is Read for read_committed consumers: it stops at the last
+// stable offset (the first offset of the oldest open transaction).
+func (l *Log) ReadCommitted(offset int64, maxBytes int, minOne bool) ([]byte, error) {
+	return l.read(offset, maxBytes, minOne, true)
+}
+
+func (l *Log) read(offset int64, maxBytes int, minOne, committed bool) ([]byte, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if l.closed {
@@ -799,7 +823,10 @@ func (l *Log) Read(offset int64, maxBytes int, minOne bool) ([]byte, error) {
 	if offset < lso || offset > hw {
 		return nil, fmt.Errorf("storage: read %s at %d: %w [%d, %d]", l.dir, offset, ErrOffsetOutOfRange, lso, hw)
 	}
-	if offset == hw {
+	if committed {
+		hw = l.lastStableLocked()
+	}
+	if offset >= hw {
 		return nil, nil
 	}
 	seg := l.segmentFor(offset)
@@ -978,6 +1005,8 @@ func (l *Log) EnforceRetention() (deleted int, err error) {
 		return 0, err
 	}
 	l.lso.Store(newStart)
+	k := sort.Search(len(l.aborted), func(i int) bool { return l.aborted[i].LastOffset >= newStart })
+	l.aborted = append([]AbortedTxn(nil), l.aborted[k:]...)
 	for _, s := range l.segs[:n] {
 		s.log.Close()
 		if s.idx != nil {
@@ -1039,7 +1068,7 @@ func (l *Log) writeSnapshot() error {
 			return err
 		}
 	}
-	snap := producerSnapshot{coverEnd: l.leo.Load(), lastBase: -1, producers: l.producers}
+	snap := producerSnapshot{coverEnd: l.leo.Load(), lastBase: -1, producers: l.producers, aborted: l.aborted}
 	if snap.coverEnd > l.lso.Load() {
 		s := l.segmentFor(snap.coverEnd - 1)
 		_, h, err := s.findOffset(snap.coverEnd - 1)

@@ -19,13 +19,12 @@ type producerBatch struct {
 type producerState struct {
 	epoch   int16
 	batches []producerBatch // oldest first, at most producerBatchesKept
-	// txn is reserved for transactional state (the open transaction's first
-	// offset, its markers); transactions are not implemented yet and it is
-	// always nil.
+	// txn is the producer's open transaction in this partition (nil when
+	// none): from its first transactional batch until its marker.
 	txn *txnState
 }
 
-// txnState is the placeholder for a producer's open transaction.
+// txnState is a producer's open transaction in this partition.
 type txnState struct {
 	firstOffset int64
 }
@@ -36,6 +35,10 @@ func (p *producerState) clone() *producerState {
 	}
 	c := *p
 	c.batches = append([]producerBatch(nil), p.batches...)
+	if p.txn != nil {
+		t := *p.txn
+		c.txn = &t
+	}
 	return &c
 }
 
@@ -77,7 +80,14 @@ func checkProducer(st *producerState, h *batchHeader) (*producerBatch, error) {
 // it may modify, and returns the new state. A new epoch starts afresh.
 func applyProducer(st *producerState, h *batchHeader) *producerState {
 	if st == nil || h.ProducerEpoch != st.epoch {
-		st = &producerState{epoch: h.ProducerEpoch}
+		var open *txnState
+		if st != nil {
+			open = st.txn // an open transaction ends only with its marker
+		}
+		st = &producerState{epoch: h.ProducerEpoch, txn: open}
+	}
+	if h.Attributes&attrTransactional != 0 && st.txn == nil {
+		st.txn = &txnState{firstOffset: h.BaseOffset}
 	}
 	st.batches = append(st.batches, producerBatch{
 		firstSeq: h.BaseSequence, lastSeq: h.lastSequence(),
@@ -95,9 +105,10 @@ type producerSnapshot struct {
 	lastBase  int64  // base offset of the last batch below coverEnd (-1 if none)
 	lastCRC   uint32 // that batch's CRC
 	producers map[int64]*producerState
+	aborted   []AbortedTxn // aborted transactions still in the log
 }
 
-const snapshotMagic = "KPS1"
+const snapshotMagic = "KPS2"
 
 func encodeSnapshot(s producerSnapshot) []byte {
 	be := binary.BigEndian
@@ -115,6 +126,18 @@ func encodeSnapshot(s producerSnapshot) []byte {
 			b = be.AppendUint64(b, uint64(x.firstOffset))
 			b = be.AppendUint64(b, uint64(x.lastOffset))
 		}
+		if st.txn != nil {
+			b = append(b, 1)
+			b = be.AppendUint64(b, uint64(st.txn.firstOffset))
+		} else {
+			b = append(b, 0)
+		}
+	}
+	b = be.AppendUint32(b, uint32(len(s.aborted)))
+	for _, a := range s.aborted {
+		b = be.AppendUint64(b, uint64(a.ProducerID))
+		b = be.AppendUint64(b, uint64(a.FirstOffset))
+		b = be.AppendUint64(b, uint64(a.LastOffset))
 	}
 	return frame(snapshotMagic, b)
 }
@@ -155,7 +178,32 @@ func decodeSnapshot(raw []byte) (producerSnapshot, error) {
 			})
 			b = b[24:]
 		}
+		if len(b) < 1 {
+			return producerSnapshot{}, bad
+		}
+		if b[0] == 1 {
+			if len(b) < 9 {
+				return producerSnapshot{}, bad
+			}
+			st.txn = &txnState{firstOffset: int64(be.Uint64(b[1:]))}
+			b = b[9:]
+		} else {
+			b = b[1:]
+		}
 		s.producers[pid] = st
+	}
+	if len(b) < 4 {
+		return producerSnapshot{}, bad
+	}
+	na := be.Uint32(b)
+	b = b[4:]
+	if uint64(len(b)) < uint64(na)*24 {
+		return producerSnapshot{}, bad
+	}
+	for i := uint32(0); i < na; i++ {
+		s.aborted = append(s.aborted, AbortedTxn{ProducerID: int64(be.Uint64(b)),
+			FirstOffset: int64(be.Uint64(b[8:])), LastOffset: int64(be.Uint64(b[16:]))})
+		b = b[24:]
 	}
 	if len(b) != 0 {
 		return producerSnapshot{}, fmt.Errorf("%w: producer snapshot has trailing bytes", ErrCorrupt)
