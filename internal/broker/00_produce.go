@@ -74,11 +74,6 @@ func (b *Broker) handleProduce(_ context.Context, c *conn, req wire.Request) fun
 			case badAcks:
 				setErr(kerr.InvalidRequiredAcks, "")
 				continue
-			case r.TransactionID != nil:
-				// Transactional produce is served once transactions land;
-				// storing the batch as plain data would be wrong.
-				setErr(kerr.TransactionalIDAuthorizationFailed, "transactions are not served by this broker yet")
-				continue
 			}
 			if _, ok := b.topics.Get(rt.Topic); !ok && b.cfg.AutoCreateTopics {
 				if _, err := b.autoCreate(rt.Topic); err != nil {

@@ -7,6 +7,7 @@ package broker
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"sync"
 	"time"
@@ -129,10 +130,7 @@ func (b *Broker) fetchOnce(r *kmsg.FetchRequest) (*kmsg.FetchResponse, int, bool
 				continue
 			}
 			hw := p.log.HighWatermark()
-			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = hw, hw, p.log.LogStartOffset()
-			if r.IsolationLevel == 1 {
-				sp.AbortedTransactions = []kmsg.FetchResponseTopicPartitionAbortedTransaction{}
-			}
+			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = hw, p.log.LastStableOffset(), p.log.LogStartOffset()
 			limit := int(rp.PartitionMaxBytes)
 			if rem := maxBytes - total; rem < limit {
 				limit = rem
@@ -141,7 +139,11 @@ func (b *Broker) fetchOnce(r *kmsg.FetchRequest) (*kmsg.FetchResponse, int, bool
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}
-			data, err := p.log.Read(rp.FetchOffset, max(limit, 0), total == 0)
+			read := p.log.Read
+			if r.IsolationLevel == 1 {
+				read = p.log.ReadCommitted
+			}
+			data, err := read(rp.FetchOffset, max(limit, 0), total == 0)
 			if err != nil {
 				if errors.Is(err, storage.ErrOffsetOutOfRange) {
 					fail(kerr.OffsetOutOfRange)
@@ -156,12 +158,36 @@ func (b *Broker) fetchOnce(r *kmsg.FetchRequest) (*kmsg.FetchResponse, int, bool
 			if data != nil {
 				sp.RecordBatches = data
 			}
+			if r.IsolationLevel == 1 {
+				sp.AbortedTransactions = []kmsg.FetchResponseTopicPartitionAbortedTransaction{}
+				if len(data) > 0 {
+					for _, a := range p.log.AbortedTxns(rp.FetchOffset, lastOffsetIn(data)+1) {
+						sp.AbortedTransactions = append(sp.AbortedTransactions,
+							kmsg.FetchResponseTopicPartitionAbortedTransaction{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset})
+					}
+				}
+			}
 			total += len(data)
 			st.Partitions = append(st.Partitions, sp)
 		}
 		resp.Topics = append(resp.Topics, st)
 	}
 	return resp, total, anyErr
+}
+
+// lastOffsetIn is the last offset of the last whole batch in data.
+func lastOffsetIn(data []byte) int64 {
+	last := int64(-1)
+	for len(data) >= 61 {
+		base := int64(binary.BigEndian.Uint64(data))
+		size := 12 + int(int32(binary.BigEndian.Uint32(data[8:])))
+		if size < 61 || size > len(data) {
+			break
+		}
+		last = base + int64(int32(binary.BigEndian.Uint32(data[23:])))
+		data = data[size:]
+	}
+	return last
 }
 
 // checkLeaderEpoch applies KIP-320: a client epoch older than the leader's

@@ -36,6 +36,8 @@ func (b *Broker) handleListOffsets(_ context.Context, c *conn, req wire.Request)
 			}
 			l := p.log
 			switch ts := rp.Timestamp; {
+			case ts == -1 && r.IsolationLevel == 1:
+				sp.Offset, sp.LeaderEpoch = l.LastStableOffset(), p.epoch
 			case ts == -1:
 				sp.Offset, sp.LeaderEpoch = l.HighWatermark(), p.epoch
 			case ts == -2 || (ts == -4 && r.Version >= 8):

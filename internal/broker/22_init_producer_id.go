@@ -1,11 +1,14 @@
 package broker
 
-// InitProducerId: versions 0-5, for idempotent producers (no transactional
-// id): a fresh producer id, unique across every broker on the volume, with
-// epoch 0. A transactional id is refused until transactions are served.
+// InitProducerId: versions 0-5. Without a transactional id (idempotent
+// producers): a fresh producer id, unique across every broker on the volume,
+// with epoch 0. With one: answered only by the id's transaction coordinator
+// (the routing hash), which aborts what a previous session left open and
+// bumps the epoch, fencing that session.
 
 import (
 	"context"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -13,14 +16,26 @@ import (
 	"github.com/kaas-dev/kaas/internal/wire"
 )
 
-func (b *Broker) handleInitProducerID(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
+func (b *Broker) handleInitProducerID(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.InitProducerIDRequest)
 	resp := r.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
 	if r.TransactionalID != nil {
-		c.log.Info("InitProducerId refused: transactions are not served by this broker yet", "transactional_id", *r.TransactionalID)
-		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
-		return now(resp)
+		id := *r.TransactionalID
+		timeout := time.Duration(r.TransactionTimeoutMillis) * time.Millisecond
+		pid, epoch := int64(-1), int16(-1)
+		if r.Version >= 3 {
+			pid, epoch = r.ProducerID, r.ProducerEpoch
+		}
+		return func() kmsg.Response {
+			res, err := b.txn.InitProducerID(ctx, id, timeout, pid, epoch)
+			if err != nil {
+				resp.ErrorCode = txnError(err, r.Version >= 4).Code
+				return resp
+			}
+			resp.ProducerID, resp.ProducerEpoch = res.ProducerID, res.ProducerEpoch
+			return resp
+		}
 	}
 	id, err := b.pids.next()
 	if err != nil {

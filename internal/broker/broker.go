@@ -27,6 +27,7 @@ import (
 	"github.com/kaas-dev/kaas/internal/offsets"
 	"github.com/kaas-dev/kaas/internal/storage"
 	"github.com/kaas-dev/kaas/internal/topics"
+	"github.com/kaas-dev/kaas/internal/txn"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
 
@@ -134,6 +135,8 @@ type Broker struct {
 	log       *slog.Logger
 	topics    *topics.Registry
 	coord     *coord.Coordinator
+	txn       *txn.Coordinator
+	peers     peers
 	clusterID string
 	pids      *pidAllocator
 
@@ -213,8 +216,19 @@ func New(cfg Config) (*Broker, error) {
 			Self: coord.Broker{ID: fmt.Sprintf("kaas-%d", cfg.ID), NodeID: cfg.ID, Host: self.Host, Port: self.Port}})
 		b.ownCoord = store
 	}
-	b.wg.Add(1)
+	own := b.coord.Ownership()
+	b.txn, err = txn.New(txn.Config{
+		Me: fmt.Sprintf("kaas-%d", cfg.ID), Dir: filepath.Join(cfg.DataDir, "__cluster", "transactions"),
+		Logger: log, Owns: own.OwnsTxn, Fence: func() offsets.Fence { return own.Source().Fence() },
+		NewProducerID: b.pids.next, Markers: b, Now: cfg.Now,
+	})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	b.wg.Add(2)
 	go b.housekeeping()
+	go b.txnSweeper()
 	return b, nil
 }
 
@@ -294,6 +308,25 @@ func (b *Broker) housekeeping() {
 	}
 }
 
+// txnSweeper aborts timed-out transactions and completes prepared ones a
+// previous coordinator left, every second (and looks for such work on the
+// volume every ten). Runs on its own goroutine, owned by the broker.
+func (b *Broker) txnSweeper() {
+	defer b.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-t.C:
+			if b.coord.Serving() {
+				b.txn.Sweep(b.ctx, i%10 == 0)
+			}
+		}
+	}
+}
+
 func (b *Broker) enforceRetention() {
 	b.partMu.Lock()
 	ps := make([]*partition, 0, len(b.parts))
@@ -332,6 +365,7 @@ func (b *Broker) close(ctx context.Context) error {
 	}
 	b.cancel()
 	b.wg.Wait()
+	b.peers.close()
 	b.partMu.Lock()
 	parts := b.parts
 	b.parts = map[tp]*partition{}

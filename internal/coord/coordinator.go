@@ -68,9 +68,6 @@ type shell struct {
 	emptySince time.Time
 	gone       bool // unloaded: a caller holding this shell must look again
 	member     *membership
-	// staged holds transactional offsets per producer id until their
-	// transaction ends (TxnOffsetCommit); they are invisible to OffsetFetch.
-	staged map[int64]map[offsets.TP]offsets.Offset
 }
 
 // New returns a Coordinator with the permissive bootstrap source.
@@ -519,22 +516,76 @@ func (c *Coordinator) ExpireOffsets(ctx context.Context) {
 
 // PendingTxnOffsets lists the partitions of a group with staged
 // transactional offsets (OffsetFetch require_stable answers
-// UNSTABLE_OFFSET_COMMIT for them).
+// UNSTABLE_OFFSET_COMMIT for them). The staged offsets live in the group's
+// file, so this holds after any coordinator move.
 func (c *Coordinator) PendingTxnOffsets(group string) map[offsets.TP]bool {
-	s := c.resident(group)
-	if s == nil {
+	staged, err := c.store.StagedTxns(group)
+	if err != nil || len(staged) == 0 {
 		return nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out map[offsets.TP]bool
-	for _, staged := range s.staged {
-		for tp := range staged {
-			if out == nil {
-				out = map[offsets.TP]bool{}
-			}
+	out := map[offsets.TP]bool{}
+	for _, st := range staged {
+		for tp := range st.Offsets {
 			out[tp] = true
 		}
 	}
 	return out
+}
+
+// TxnCommitInput is a TxnOffsetCommit for one group.
+type TxnCommitInput struct {
+	Group           string
+	TransactionalID string
+	ProducerID      int64
+	ProducerEpoch   int16
+	Generation      int32 // -1 without KIP-447 member information
+	MemberID        string
+	InstanceID      *string
+	Offsets         map[offsets.TP]offsets.Offset
+}
+
+// TxnCommit stages transactional offsets on this group coordinator (in the
+// group's file, durably); they become committed offsets only when the
+// transaction's marker arrives (EndTxnOffsets) and are dropped on abort.
+// With KIP-447 member information the group's generation rules apply.
+func (c *Coordinator) TxnCommit(ctx context.Context, in TxnCommitInput) error {
+	if err := c.check(in.Group); err != nil {
+		return err
+	}
+	s := c.shellFor(in.Group)
+	s.mu.Lock()
+	if s.gone {
+		s.mu.Unlock()
+		return ErrNotCoordinator
+	}
+	if s.member != nil && in.MemberID != "" {
+		code, out := s.member.core.CheckCommit(c.cfg.Now(), group.CommitCheck{MemberID: in.MemberID,
+			InstanceID: in.InstanceID, Generation: in.Generation, Transactional: true})
+		s.member.apply(out)
+		if code != 0 {
+			s.mu.Unlock()
+			return CodeError(code)
+		}
+	}
+	s.lastCommit = c.cfg.Now()
+	s.mu.Unlock()
+	err := c.store.Stage(ctx, in.Group, c.own.Source().Fence(), in.ProducerID, offsets.Staged{
+		ProducerEpoch: in.ProducerEpoch, TransactionalID: in.TransactionalID, Offsets: in.Offsets})
+	return storeErr(in.Group, err)
+}
+
+// EndTxnOffsets applies a transaction marker to a group: its staged offsets
+// of producer pid become committed (commit) or are dropped (abort).
+func (c *Coordinator) EndTxnOffsets(ctx context.Context, groupID string, pid int64, commit bool) error {
+	if err := c.check(groupID); err != nil {
+		return err
+	}
+	found, err := c.store.EndTxn(ctx, groupID, c.own.Source().Fence(), pid, commit)
+	if err != nil {
+		return storeErr(groupID, err)
+	}
+	if found {
+		c.log.Info("transactional offsets ended", "group", groupID, "producer_id", pid, "commit", commit)
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -38,6 +39,21 @@ type fileDoc struct {
 	Metadata map[string]string  `json:"metadata"`
 	Details  map[string][]int64 `json:"details"`
 	Fence    *fileFence         `json:"fence"`
+	Pending  []pendingDoc       `json:"pending"`
+}
+
+// pendingDoc is one producer's staged transactional offsets:
+//
+//	"pending":[{"producerId":7,"producerEpoch":0,"transactionalId":"tx-1",
+//	            "offsets":{"orders/0":[1042,4,"meta"]}}]
+//
+// each offset as [offset, leader_epoch, metadata]. The section is absent
+// when nothing is staged.
+type pendingDoc struct {
+	ProducerID      int64                      `json:"producerId"`
+	ProducerEpoch   int16                      `json:"producerEpoch"`
+	TransactionalID string                     `json:"transactionalId"`
+	Offsets         map[string]json.RawMessage `json:"offsets"`
 }
 
 // decoded is the content of one group file.
@@ -46,6 +62,7 @@ type decoded struct {
 	hasGroup bool
 	st       state
 	fence    Fence
+	txns     map[int64]Staged
 }
 
 var errBadKey = errors.New("bad offset key")
@@ -116,7 +133,83 @@ func decodeFile(data []byte) (decoded, error) {
 		}
 		out.st.put(tp, e)
 	}
+	for _, p := range doc.Pending {
+		st := Staged{ProducerEpoch: p.ProducerEpoch, TransactionalID: p.TransactionalID, Offsets: map[TP]Offset{}}
+		for k, raw := range p.Offsets {
+			tp, err := splitKey(k)
+			if err != nil {
+				return decoded{}, err
+			}
+			var fields []json.RawMessage
+			if err := json.Unmarshal(raw, &fields); err != nil || len(fields) != 3 {
+				return decoded{}, fmt.Errorf("pending offset %q: %s", k, raw)
+			}
+			o := Offset{ExpireTimestamp: -1}
+			if json.Unmarshal(fields[0], &o.Offset) != nil || json.Unmarshal(fields[1], &o.LeaderEpoch) != nil ||
+				json.Unmarshal(fields[2], &o.Metadata) != nil {
+				return decoded{}, fmt.Errorf("pending offset %q: %s", k, raw)
+			}
+			st.Offsets[tp] = o
+		}
+		if out.txns == nil {
+			out.txns = map[int64]Staged{}
+		}
+		out.txns[p.ProducerID] = st
+	}
 	return out, nil
+}
+
+// appendPending splices the pending section into an encoded file (before
+// its closing brace).
+func appendPending(buf []byte, txns map[int64]Staged) []byte {
+	end := bytes.LastIndexByte(buf, '}')
+	tail := append([]byte(nil), buf[end:]...)
+	buf = append(buf[:end], `,"pending":[`...)
+	pids := make([]int64, 0, len(txns))
+	for pid := range txns {
+		pids = append(pids, pid)
+	}
+	slices.Sort(pids)
+	for i, pid := range pids {
+		st := txns[pid]
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, `{"producerId":`...)
+		buf = strconv.AppendInt(buf, pid, 10)
+		buf = append(buf, `,"producerEpoch":`...)
+		buf = strconv.AppendInt(buf, int64(st.ProducerEpoch), 10)
+		buf = append(buf, `,"transactionalId":`...)
+		buf = appendString(buf, st.TransactionalID)
+		buf = append(buf, `,"offsets":{`...)
+		keys := make([]TP, 0, len(st.Offsets))
+		for tp := range st.Offsets {
+			keys = append(keys, tp)
+		}
+		slices.SortFunc(keys, func(a, b TP) int {
+			if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+				return c
+			}
+			return int(a.Partition - b.Partition)
+		})
+		for j, tp := range keys {
+			o := st.Offsets[tp]
+			if j > 0 {
+				buf = append(buf, ',')
+			}
+			buf = appendString(buf, tp.Topic+"/"+strconv.Itoa(int(tp.Partition)))
+			buf = append(buf, ":["...)
+			buf = strconv.AppendInt(buf, o.Offset, 10)
+			buf = append(buf, ',')
+			buf = strconv.AppendInt(buf, int64(o.LeaderEpoch), 10)
+			buf = append(buf, ',')
+			buf = appendString(buf, o.Metadata)
+			buf = append(buf, ']')
+		}
+		buf = append(buf, "}}"...)
+	}
+	buf = append(buf, ']')
+	return append(buf, tail...)
 }
 
 // encodeFile appends the file of group with st and fence to buf.

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -116,6 +117,7 @@ type groupState struct {
 	loaded  bool
 	evicted bool
 	st      state
+	txns    map[int64]Staged // transactional offsets staged per producer id
 	fence   Fence
 	onDisk  bool        // the file existed at the last read or write
 	fi      fs.FileInfo // identity of the file as last read or written; nil: absent
@@ -129,6 +131,8 @@ const (
 	opDeleteTopic
 	opDeleteGroup
 	opExpire
+	opStage
+	opEndTxn
 )
 
 // request is one queued operation and, once done is closed, its result.
@@ -140,6 +144,9 @@ type request struct {
 	topic     string
 	now       int64
 	retention int64
+	pid       int64
+	staged    Staged
+	commit    bool
 
 	done    chan struct{}
 	err     error
@@ -592,6 +599,7 @@ func (s *Store) writeBatch(g *groupState, batch []*request) {
 		fail(err)
 		return
 	}
+	oldTxns := cloneTxns(g.txns)
 	var (
 		log      []undo
 		oldFence = g.fence
@@ -659,6 +667,38 @@ func (s *Store) writeBatch(g *groupState, batch []*request) {
 			}
 			r.removed = len(tps)
 			changed = changed || len(tps) > 0
+		case opStage:
+			if g.txns == nil {
+				g.txns = map[int64]Staged{}
+			}
+			cur, ok := g.txns[r.pid]
+			if !ok || cur.ProducerEpoch != r.staged.ProducerEpoch {
+				cur = Staged{ProducerEpoch: r.staged.ProducerEpoch, TransactionalID: r.staged.TransactionalID, Offsets: map[TP]Offset{}}
+			} else {
+				cur.Offsets = maps.Clone(cur.Offsets)
+			}
+			for tp, o := range r.staged.Offsets {
+				if o.CommitTimestamp == 0 {
+					o.CommitTimestamp = nowMs
+				}
+				cur.Offsets[tp] = o
+			}
+			g.txns[r.pid] = cur
+			changed, remove = true, false
+		case opEndTxn:
+			st, ok := g.txns[r.pid]
+			r.existed = ok
+			if !ok {
+				continue
+			}
+			if r.commit {
+				for tp, o := range st.Offsets {
+					log = g.st.putLogged(log, tp, entryOf(o))
+				}
+				r.removed = len(st.Offsets)
+			}
+			delete(g.txns, r.pid)
+			changed = true
 		case opDeleteGroup:
 			r.existed = g.onDisk || g.st.n > 0
 			var tps []TP
@@ -675,13 +715,14 @@ func (s *Store) writeBatch(g *groupState, batch []*request) {
 	}
 	var err error
 	renamed := false
-	if remove && g.st.n == 0 {
+	if remove && g.st.n == 0 && len(g.txns) == 0 {
 		renamed, err = s.removeFile(g)
 	} else {
 		renamed, err = s.writeFile(g)
 	}
 	if err != nil {
 		g.st.rollback(log)
+		g.txns = oldTxns
 		g.fence, g.onDisk = oldFence, oldDisk
 		if renamed {
 			// The new file may be visible: trust only the disk from now on.
@@ -722,7 +763,7 @@ func (s *Store) refresh(g *groupState) error {
 func (s *Store) load(g *groupState) error {
 	data, fi, err := s.fs.ReadFile(g.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		g.st, g.fence, g.onDisk, g.fi, g.loaded = state{}, Fence{}, false, nil, true
+		g.st, g.fence, g.onDisk, g.fi, g.loaded, g.txns = state{}, Fence{}, false, nil, true, nil
 		return nil
 	}
 	if err != nil {
@@ -732,7 +773,7 @@ func (s *Store) load(g *groupState) error {
 	if err != nil {
 		return fmt.Errorf("offsets: decode %q: %w", g.id, err)
 	}
-	g.st, g.fence, g.onDisk, g.fi, g.loaded = d.st, d.fence, true, fi, true
+	g.st, g.fence, g.onDisk, g.fi, g.loaded, g.txns = d.st, d.fence, true, fi, true, d.txns
 	return nil
 }
 
@@ -744,6 +785,9 @@ var bufPool = sync.Pool{New: func() any { return new([]byte) }}
 func (s *Store) writeFile(g *groupState) (renamed bool, err error) {
 	bp := bufPool.Get().(*[]byte)
 	data := encodeFile((*bp)[:0], g.id, &g.st, g.fence)
+	if len(g.txns) > 0 {
+		data = appendPending(data, g.txns)
+	}
 	defer func() {
 		*bp = data
 		bufPool.Put(bp)
@@ -829,4 +873,74 @@ func (s *Store) CleanTemp(ctx context.Context, age time.Duration) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// Staged is one producer's transactional offsets for a group, invisible to
+// Load until its transaction commits (EndTxn).
+type Staged struct {
+	ProducerEpoch   int16
+	TransactionalID string
+	Offsets         map[TP]Offset
+}
+
+func cloneTxns(m map[int64]Staged) map[int64]Staged {
+	if m == nil {
+		return nil
+	}
+	return maps.Clone(m)
+}
+
+// Stage durably records transactional offsets of producer pid (a
+// TxnOffsetCommit). A later epoch of the producer replaces what an earlier
+// one staged.
+func (s *Store) Stage(ctx context.Context, group string, fence Fence, pid int64, st Staged) error {
+	if err := validGroup(group); err != nil {
+		return err
+	}
+	for tp := range st.Offsets {
+		if tp.Topic == "" || !utf8.ValidString(tp.Topic) || tp.Partition < 0 {
+			return fmt.Errorf("%w: %q/%d", ErrInvalidTopic, tp.Topic, tp.Partition)
+		}
+	}
+	return s.submit(ctx, group, &request{kind: opStage, fence: fence, pid: pid, staged: st})
+}
+
+// EndTxn ends producer pid's staged offsets: commit makes them committed
+// offsets in the same durable write, abort drops them. found reports whether
+// anything was staged.
+func (s *Store) EndTxn(ctx context.Context, group string, fence Fence, pid int64, commit bool) (found bool, err error) {
+	if err := validGroup(group); err != nil {
+		return false, err
+	}
+	r := &request{kind: opEndTxn, fence: fence, pid: pid, commit: commit}
+	err = s.submit(ctx, group, r)
+	return r.existed, err
+}
+
+// StagedTxns returns the staged transactional offsets of a group by
+// producer id (loading the group on first touch).
+func (s *Store) StagedTxns(group string) (map[int64]Staged, error) {
+	if err := validGroup(group); err != nil {
+		return nil, err
+	}
+	for {
+		g, err := s.handle(group)
+		if err != nil {
+			return nil, err
+		}
+		g.mu.Lock()
+		if g.evicted {
+			g.mu.Unlock()
+			continue
+		}
+		if !g.loaded {
+			if err := s.load(g); err != nil {
+				g.mu.Unlock()
+				return nil, err
+			}
+		}
+		out := cloneTxns(g.txns)
+		g.mu.Unlock()
+		return out, nil
+	}
 }
