@@ -33,6 +33,8 @@ func main() {
 		err = runDev(os.Args[2:])
 	case "bench":
 		err = runBench(os.Args[2:])
+	case "remove-broker":
+		err = runRemoveBroker(os.Args[2:])
 	case "-h", "--help", "help":
 		usage()
 		return
@@ -97,6 +99,7 @@ type commonFlags struct {
 	maxGroupSize        int
 	offsetsRetention    time.Duration
 	deadAfter           time.Duration
+	election            electionFlags // elector.go
 }
 
 func (c *commonFlags) register(fs flagSet) {
@@ -112,6 +115,7 @@ func (c *commonFlags) register(fs flagSet) {
 	fs.IntVar(&c.maxGroupSize, "group-max-size", 0, "most members in one group (0: unlimited)")
 	fs.DurationVar(&c.offsetsRetention, "offsets-retention", 7*24*time.Hour, "committed offsets expire this long after their group became empty (KIP-211)")
 	fs.DurationVar(&c.deadAfter, "dead-after", 3*time.Second, "a broker whose reports stop for this long is dead")
+	c.election.register(fs)
 }
 
 func (c *commonFlags) logger() (*slog.Logger, error) {
@@ -246,7 +250,7 @@ func (c *commonFlags) nodeConfig(bc broker.Config) node.Config {
 	gc.InitialRebalanceDelay = c.rebalanceDelay
 	gc.MinSessionTimeout, gc.MaxSessionTimeout, gc.MaxSize = c.minSession, c.maxSession, c.maxGroupSize
 	return node.Config{Broker: bc, ReportInterval: c.reportInterval, DeadAfter: c.deadAfter,
-		Group: &gc, OffsetsRetention: c.offsetsRetention}
+		Group: &gc, OffsetsRetention: c.offsetsRetention, Elector: c.election.elector(bc, c.deadAfter)}
 }
 
 // serveUntilSignal serves until SIGINT/SIGTERM, then drains and stops.

@@ -188,7 +188,7 @@ func (c *conn) read(out chan<- pending) {
 			if req.Key == kmsg.ApiVersions.Int16() && errors.Is(err, wire.ErrUnsupportedVersion) {
 				// Kafka answers an ApiVersions it cannot parse with a v0
 				// response listing what it supports.
-				c.log.Info("ApiVersions version not supported; answering v0", "version", req.Version)
+				c.log.Debug("ApiVersions version not supported; answering v0", "version", req.Version)
 				resp := apiVersionsResponse(0)
 				resp.ErrorCode = kerr.UnsupportedVersion.Code
 				out <- pending{corr: req.CorrelationID, finish: func() kmsg.Response { return resp }}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kaas-dev/kaas/internal/broker"
+	"github.com/kaas-dev/kaas/internal/group"
 	"github.com/kaas-dev/kaas/internal/node"
 )
 
@@ -24,6 +25,7 @@ type Options struct {
 	DeadAfter      time.Duration // default 1s
 	PollInterval   time.Duration // default 50ms
 	Broker         func(*broker.Config)
+	Group          func(*group.Config) // adjusts Kafka's group defaults
 }
 
 // Cluster is a set of in-process brokers sharing Dir.
@@ -90,8 +92,12 @@ func (c *Cluster) start(i int) error {
 	if c.opts.Broker != nil {
 		c.opts.Broker(&bc)
 	}
+	gc := group.DefaultConfig()
+	if c.opts.Group != nil {
+		c.opts.Group(&gc)
+	}
 	n, err := node.Start(node.Config{Broker: bc, ReportInterval: c.opts.ReportInterval,
-		DeadAfter: c.opts.DeadAfter, PollInterval: c.opts.PollInterval, ReadyTimeout: 20 * time.Second})
+		DeadAfter: c.opts.DeadAfter, PollInterval: c.opts.PollInterval, ReadyTimeout: 20 * time.Second, Group: &gc})
 	if err != nil {
 		return fmt.Errorf("start broker %d: %w", i, err)
 	}

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/kaas-dev/kaas/internal/cluster"
+)
+
+// runRemoveBroker asks the controller to drop a broker's row from
+// assignment.json: the on-purpose removal of a broker from the cluster. The
+// controller drops the row once the broker is not alive (dead, or drained
+// and stopped); until then the request waits on the volume.
+func runRemoveBroker(args []string) error {
+	fs := newFlagSet("remove-broker")
+	var dataDir, id string
+	fs.StringVar(&dataDir, "data-dir", "", "the shared volume (required)")
+	fs.StringVar(&id, "id", "", "the broker to remove: kaas-N, or N (required)")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if dataDir == "" || id == "" {
+		return errors.New("--data-dir and --id are required")
+	}
+	if n, err := strconv.Atoi(id); err == nil && n >= 0 {
+		id = "kaas-" + strconv.Itoa(n)
+	}
+	if !strings.HasPrefix(id, "kaas-") {
+		return fmt.Errorf("--id %q: want kaas-N or N", id)
+	}
+	a, err := cluster.ReadAssignment(filepath.Join(dataDir, "__cluster", "assignment.json"))
+	if err != nil && !errors.Is(err, cluster.ErrNoAssignment) {
+		return err
+	}
+	if a != nil {
+		if _, ok := a.Row(id); !ok {
+			return fmt.Errorf("%s is not in the cluster (assignment version %d)", id, a.AssignmentVersion)
+		}
+	}
+	if err := cluster.RequestRemoval(dataDir, id); err != nil {
+		return fmt.Errorf("remove-broker %s: %w", id, err)
+	}
+	if a != nil && a.IsAlive(id) {
+		fmt.Printf("removal of %s requested; it is still alive, so the controller drops its row once it stops\n", id)
+	} else {
+		fmt.Printf("removal of %s requested; the controller drops its row on its next pass\n", id)
+	}
+	return nil
+}

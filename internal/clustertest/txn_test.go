@@ -1,0 +1,288 @@
+package clustertest
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-dev/kaas/internal/group"
+)
+
+func txnCoordinatorOf(t *testing.T, cl *kgo.Client, id string) int32 {
+	t.Helper()
+	req := kmsg.NewPtrFindCoordinatorRequest()
+	req.CoordinatorKey, req.CoordinatorType = id, 1
+	resp, err := req.RequestWith(context.Background(), cl)
+	if err != nil || resp.ErrorCode != 0 {
+		t.Fatalf("find txn coordinator: %v %v", err, resp)
+	}
+	return resp.NodeID
+}
+
+// TestExactlyOnceAcrossBrokersWithTxnCoordinatorKilled runs franz-go's
+// GroupTransactSession consume-transform-produce on 3 brokers, with the
+// group and transaction coordinators on different brokers, and kills the
+// transaction coordinator mid-stream.
+func TestExactlyOnceAcrossBrokersWithTxnCoordinatorKilled(t *testing.T) {
+	c := Start(t, Options{Brokers: 3, Group: func(g *group.Config) { g.InitialRebalanceDelay = 0 }})
+	cl := client(t, c)
+	ctx := context.Background()
+	adm := kadm.NewClient(cl)
+	for _, topic := range []string{"eos-in", "eos-out"} {
+		if _, err := adm.CreateTopic(ctx, 3, 1, nil, topic); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 300
+	var in []*kgo.Record
+	for i := range n {
+		in = append(in, &kgo.Record{Topic: "eos-in", Value: []byte(fmt.Sprintf("r%04d", i))})
+	}
+	if err := cl.ProduceSync(ctx, in...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	// Pick ids whose coordinators differ, and not the controller for the
+	// transaction one (kill it without losing the controller too).
+	var groupID, txnID string
+	ctrl := int32(c.Controller())
+	for i := 0; groupID == ""; i++ {
+		g, x := fmt.Sprintf("eos-g%d", i), fmt.Sprintf("eos-tx%d", i)
+		gc, tc := coordinatorOf(t, cl, g), txnCoordinatorOf(t, cl, x)
+		if gc != tc && tc != ctrl {
+			groupID, txnID = g, x
+		}
+	}
+	txnNode := int(txnCoordinatorOf(t, cl, txnID))
+	t.Logf("group %s on %d, transactional id %s on %d", groupID, coordinatorOf(t, cl, groupID), txnID, txnNode)
+
+	sess, err := kgo.NewGroupTransactSession(
+		kgo.SeedBrokers(c.AllAddrs()...),
+		kgo.ConsumerGroup(groupID), kgo.ConsumeTopics("eos-in"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.TransactionalID(txnID), kgo.TransactionTimeout(10*time.Second),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RequireStableFetchOffsets(),
+		kgo.RecordRetries(50), kgo.RetryTimeout(30*time.Second),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	var processed atomic.Int64
+	killed := false
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		fs := sess.PollRecords(pctx, 25)
+		cancel()
+		recs := fs.Records()
+		if len(recs) == 0 && committedOut(t, c) >= n {
+			break
+		}
+		if err := sess.Begin(); err != nil {
+			t.Fatalf("begin: %v", err)
+		}
+		var failed atomic.Bool
+		for _, r := range recs {
+			sess.Produce(ctx, &kgo.Record{Topic: "eos-out", Value: r.Value}, func(_ *kgo.Record, err error) {
+				if err != nil {
+					t.Logf("produce failed: %v", err)
+					failed.Store(true)
+				}
+			})
+		}
+		if !killed && processed.Load() >= 75 && len(recs) > 0 {
+			killed = true
+			t.Logf("killing transaction coordinator %d mid-transaction", txnNode)
+			c.Kill(txnNode)
+		}
+		ectx, ecancel := context.WithTimeout(ctx, 45*time.Second)
+		// A produce that failed must abort the transaction (franz-go leaves
+		// that decision to the application): flush first, then decide.
+		if err := sess.Client().Flush(ectx); err != nil {
+			t.Logf("flush: %v", err)
+		}
+		committed, err := sess.End(ectx, kgo.TransactionEndTry(!failed.Load()))
+		ecancel()
+		if err != nil {
+			t.Logf("end: committed=%v err=%v (the session retries from committed offsets)", committed, err)
+		}
+		if committed {
+			processed.Add(int64(len(recs)))
+		}
+	}
+	if !killed {
+		t.Fatal("the transaction coordinator was never killed")
+	}
+	// Each input exactly once in the read_committed output.
+	got := readCommittedValues(t, c, "eos-out", n)
+	counts := map[string]int{}
+	for _, v := range got {
+		counts[v]++
+	}
+	var dup, missing []string
+	for i := range n {
+		v := fmt.Sprintf("r%04d", i)
+		switch counts[v] {
+		case 0:
+			missing = append(missing, v)
+		case 1:
+		default:
+			dup = append(dup, v)
+		}
+	}
+	sort.Strings(dup)
+	if len(dup) > 0 || len(missing) > 0 || len(got) != n {
+		t.Fatalf("output has %d records: %d duplicated %v, %d missing %v", len(got), len(dup), first(dup), len(missing), first(missing))
+	}
+	// Committed offsets match what was consumed: the end of the input.
+	ends, err := adm.ListEndOffsets(ctx, "eos-in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	offs, err := adm.FetchOffsets(ctx, groupID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends.Each(func(e kadm.ListedOffset) {
+		if o, _ := offs.Lookup("eos-in", e.Partition); o.At != e.Offset {
+			t.Errorf("partition %d: committed %d, end %d", e.Partition, o.At, e.Offset)
+		}
+	})
+}
+
+func first(s []string) []string {
+	if len(s) > 5 {
+		return s[:5]
+	}
+	return s
+}
+
+func committedOut(t *testing.T, c *Cluster) int {
+	return len(readCommittedValues(t, c, "eos-out", 0))
+}
+
+// readCommittedValues reads a topic with read_committed until want values
+// arrived or the stream went quiet.
+func readCommittedValues(t *testing.T, c *Cluster, topic string, want int) []string {
+	t.Helper()
+	cl := client(t, c, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	var out []string
+	quiet := 0
+	for quiet < 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		recs := cl.PollFetches(ctx).Records()
+		cancel()
+		if len(recs) == 0 {
+			quiet++
+		}
+		for _, r := range recs {
+			out = append(out, string(r.Value))
+		}
+		if want > 0 && len(out) >= want {
+			// read a little longer for duplicates
+			want = 0
+		}
+	}
+	cl.Close()
+	return out
+}
+
+// TestTxnCoordinatorKilledAfterWritesCommitsOrAbortsWhole kills the
+// transaction coordinator after the transaction's records are acknowledged
+// on several partitions: the commit then completes on the new coordinator
+// (every partition gets its marker), and an abandoned transaction is aborted
+// whole by the next session.
+func TestTxnCoordinatorKilledAfterWritesCommitsOrAbortsWhole(t *testing.T) {
+	c := Start(t, Options{Brokers: 3})
+	cl := client(t, c)
+	ctx := context.Background()
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 6, 1, nil, "whole"); err != nil {
+		t.Fatal(err)
+	}
+	ctrl := int32(c.Controller())
+	pick := func(prefix string) (string, int) {
+		for i := 0; ; i++ {
+			id := fmt.Sprintf("%s-%d", prefix, i)
+			if n := txnCoordinatorOf(t, cl, id); n != ctrl {
+				return id, int(n)
+			}
+		}
+	}
+	produceIn := func(p *kgo.Client, tag string) {
+		t.Helper()
+		if err := p.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for part := int32(0); part < 6; part++ {
+			r := &kgo.Record{Topic: "whole", Partition: part, Value: []byte(fmt.Sprintf("%s-%d", tag, part))}
+			if err := p.ProduceSync(ctx, r).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	opts := func(id string) []kgo.Opt {
+		return []kgo.Opt{kgo.SeedBrokers(c.AllAddrs()...), kgo.TransactionalID(id), kgo.TransactionTimeout(20 * time.Second),
+			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RetryTimeout(30 * time.Second)}
+	}
+
+	// Commit after the kill.
+	id, node := pick("commit")
+	p, err := kgo.NewClient(opts(id)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	produceIn(p, "committed")
+	c.Kill(node)
+	ectx, cancel := context.WithTimeout(ctx, 45*time.Second)
+	if err := p.EndTransaction(ectx, kgo.TryCommit); err != nil {
+		t.Fatalf("commit through the new coordinator: %v", err)
+	}
+	cancel()
+	got := readCommittedValues(t, c, "whole", 6)
+	if len(got) != 6 {
+		t.Fatalf("after commit, read_committed sees %d of 6: %v", len(got), got)
+	}
+	c.Restart(node)
+
+	// Abandoned: the producer vanishes with its coordinator; the next
+	// session of the id aborts it whole.
+	id2, node2 := pick("abandon")
+	p2, err := kgo.NewClient(opts(id2)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	produceIn(p2, "abandoned")
+	p2.Close()
+	c.Kill(node2)
+	p3, err := kgo.NewClient(opts(id2)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p3.Close()
+	produceIn(p3, "next")
+	if err := p3.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	got = readCommittedValues(t, c, "whole", 12)
+	seen := map[string]int{}
+	for _, v := range got {
+		seen[v]++
+	}
+	for part := 0; part < 6; part++ {
+		if seen[fmt.Sprintf("abandoned-%d", part)] != 0 {
+			t.Fatalf("aborted record visible: %v", got)
+		}
+		if seen[fmt.Sprintf("next-%d", part)] != 1 || seen[fmt.Sprintf("committed-%d", part)] != 1 {
+			t.Fatalf("read_committed after the abandoned transaction: %v", got)
+		}
+	}
+}
