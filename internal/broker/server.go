@@ -228,7 +228,7 @@ func (c *conn) write(in <-chan pending, done chan<- struct{}) {
 			c.cancel() // pending long polls end early; nothing more is sent
 			c.stopReading()
 		}
-		if cap(buf) > 1<<20 {
+		if cap(buf) > 64<<20 { // keep a buffer for large fetches, not a huge one
 			buf = nil
 		}
 	}

@@ -13,19 +13,32 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// coordinatorOf asks the cluster which node coordinates group.
+// coordinatorOf asks the cluster which node coordinates group, retrying
+// for a few seconds (a client may first try a broker that was just killed).
 func coordinatorOf(t *testing.T, cl *kgo.Client, group string) int32 {
 	t.Helper()
-	req := kmsg.NewPtrFindCoordinatorRequest()
-	req.CoordinatorKey = group
-	resp, err := req.RequestWith(context.Background(), cl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.ErrorCode != 0 {
-		t.Fatalf("find coordinator %s: %v", group, kerr.ErrorForCode(resp.ErrorCode))
-	}
-	return resp.NodeID
+	return findCoordinator(t, cl, group, 0)
+}
+
+func findCoordinator(t *testing.T, cl *kgo.Client, key string, keyType int8) int32 {
+	t.Helper()
+	var node int32
+	WaitFor(t, 10*time.Second, func() error {
+		req := kmsg.NewPtrFindCoordinatorRequest()
+		req.CoordinatorKey, req.CoordinatorType = key, keyType
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			return err
+		}
+		if resp.ErrorCode != 0 {
+			return fmt.Errorf("find coordinator %s: %v", key, kerr.ErrorForCode(resp.ErrorCode))
+		}
+		node = resp.NodeID
+		return nil
+	})
+	return node
 }
 
 // listUnion unions ListGroups over every live broker, as admin clients do,

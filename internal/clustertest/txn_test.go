@@ -10,20 +10,13 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kaas-dev/kaas/internal/group"
 )
 
 func txnCoordinatorOf(t *testing.T, cl *kgo.Client, id string) int32 {
 	t.Helper()
-	req := kmsg.NewPtrFindCoordinatorRequest()
-	req.CoordinatorKey, req.CoordinatorType = id, 1
-	resp, err := req.RequestWith(context.Background(), cl)
-	if err != nil || resp.ErrorCode != 0 {
-		t.Fatalf("find txn coordinator: %v %v", err, resp)
-	}
-	return resp.NodeID
+	return findCoordinator(t, cl, id, 1)
 }
 
 // TestExactlyOnceAcrossBrokersWithTxnCoordinatorKilled runs franz-go's
