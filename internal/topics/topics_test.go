@@ -1,0 +1,120 @@
+package topics
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+func TestValidateName(t *testing.T) {
+	for _, ok := range []string{"orders", "a.b-c_d", "A1", string(make([]byte, 0)) + "x"} {
+		if err := ValidateName(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	long := make([]byte, 250)
+	for i := range long {
+		long[i] = 'a'
+	}
+	for _, bad := range []string{"", ".", "..", "a/b", "../x", "a b", "__cluster", "__consumer_offsets", string(long), "a\x00"} {
+		if err := ValidateName(bad); !errors.Is(err, ErrInvalidName) {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestCreateIsExclusiveAcrossRegistries(t *testing.T) {
+	dir := t.TempDir()
+	var wins, losses int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := Open(dir, nil) // as another broker would
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_, err = r.Create("race", 3, nil, false)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				wins++
+			case errors.Is(err, ErrExists):
+				losses++
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if wins != 1 || losses != 7 {
+		t.Fatalf("%d creators won, %d lost", wins, losses)
+	}
+	ents, _ := os.ReadDir(filepath.Join(dir, "__cluster", "topics"))
+	if len(ents) != 1 {
+		t.Fatalf("files left: %d", len(ents))
+	}
+}
+
+func TestRefreshSeesOtherBrokersAndSkipsTornFiles(t *testing.T) {
+	dir := t.TempDir()
+	a, _ := Open(dir, nil)
+	b, _ := Open(dir, nil)
+	if _, err := a.Create("t1", 2, map[string]string{"retention.ms": "1000"}, false); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "__cluster", "topics", "torn.json"), []byte(`{"name":"to`), 0o644)
+	if err := b.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	all := b.All()
+	if len(all) != 1 || all[0].Name != "t1" || all[0].Int64("retention.ms", 0) != 1000 {
+		t.Fatalf("b sees %+v", all)
+	}
+	if _, err := b.Delete("t1"); err != nil {
+		t.Fatal(err)
+	}
+	a.Refresh()
+	if _, ok := a.Get("t1"); ok {
+		t.Fatal("a still sees a deleted topic")
+	}
+}
+
+func TestValidateConfigs(t *testing.T) {
+	good := map[string]string{"retention.ms": "-1", "cleanup.policy": "compact,delete", "message.timestamp.type": "LogAppendTime", "compression.type": "zstd"}
+	if err := ValidateConfigs(good); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []map[string]string{{"retention.ms": "x"}, {"cleanup.policy": "shred"}, {"nope": "1"}, {"max.message.bytes": "-5"}} {
+		if err := ValidateConfigs(bad); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
+
+// FuzzTopicFile: the registry never panics on a damaged topic file, and
+// never registers a file that does not match its name.
+func FuzzTopicFile(f *testing.F) {
+	f.Add([]byte(`{"name":"t","id":"00112233445566778899aabbccddeeff","partitions":3}`))
+	f.Add([]byte(`{"name":"other","partitions":3}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		dir := t.TempDir()
+		os.MkdirAll(filepath.Join(dir, "__cluster", "topics"), 0o755)
+		os.WriteFile(filepath.Join(dir, "__cluster", "topics", "t.json"), b, 0o644)
+		r, err := Open(dir, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tp := range r.All() {
+			if tp.Name != "t" || tp.Partitions < 1 {
+				t.Fatalf("registered %+v", tp)
+			}
+		}
+	})
+}
