@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 	"github.com/kaas-dev/kaas/internal/wire"
 )
 
-func (b *Broker) handleCreateTopics(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
+func (b *Broker) handleCreateTopics(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.CreateTopicsRequest)
 	resp := r.ResponseKind().(*kmsg.CreateTopicsResponse)
 	var created []*topics.Topic
@@ -102,16 +103,8 @@ func (b *Broker) handleCreateTopics(_ context.Context, c *conn, req wire.Request
 	// request's timeout), so that a client may produce at once.
 	timeout := min(time.Duration(r.TimeoutMillis)*time.Millisecond, 10*time.Second)
 	return func() kmsg.Response {
-		deadline := time.Now().Add(timeout)
-		for _, t := range created {
-			for p := int32(0); p < t.Partitions; p++ {
-				for {
-					if _, _, ok := b.cfg.Cluster.Leader(t.Name, p); ok || !time.Now().Before(deadline) {
-						break
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
-			}
+		if err := b.waitForLeaders(ctx, created, timeout); err != nil {
+			c.log.Info("CreateTopics answered before every partition had a leader", "err", err)
 		}
 		return resp
 	}
@@ -119,26 +112,46 @@ func (b *Broker) handleCreateTopics(_ context.Context, c *conn, req wire.Request
 
 // describeTopicConfigs lists the configs kaas acts on, with their source.
 func (b *Broker) describeTopicConfigs(t *topics.Topic) []kmsg.CreateTopicsResponseTopicConfig {
-	defaults := []struct{ name, value string }{
-		{"cleanup.policy", "delete"},
-		{"max.message.bytes", strconv.Itoa(int(b.cfg.DefaultMaxMessageBytes))},
-		{"message.timestamp.type", "CreateTime"},
-		{"retention.bytes", strconv.FormatInt(b.cfg.DefaultRetentionBytes, 10)},
-		{"retention.ms", strconv.FormatInt(b.cfg.DefaultRetentionMs, 10)},
-		{"segment.bytes", strconv.FormatInt(b.cfg.DefaultSegmentBytes, 10)},
-	}
 	var out []kmsg.CreateTopicsResponseTopicConfig
-	for _, d := range defaults {
+	for _, d := range b.topicConfigs(t) {
 		cfg := kmsg.NewCreateTopicsResponseTopicConfig()
-		cfg.Name = d.name
+		cfg.Name, cfg.Source = d.name, d.source
 		v := d.value
-		cfg.Source = int8(kmsg.ConfigSourceDefaultConfig)
-		if set, ok := t.Configs[d.name]; ok {
-			v = set
-			cfg.Source = int8(kmsg.ConfigSourceDynamicTopicConfig)
-		}
 		cfg.Value = &v
 		out = append(out, cfg)
 	}
+	return out
+}
+
+type topicConfig struct {
+	name, value string
+	source      int8 // kmsg.ConfigSource
+}
+
+// topicConfigs is a topic's effective configs: every config set on it, and
+// the defaults of the configs kaas acts on.
+func (b *Broker) topicConfigs(t *topics.Topic) []topicConfig {
+	defaults := map[string]string{
+		"cleanup.policy":         "delete",
+		"max.message.bytes":      strconv.Itoa(int(b.cfg.DefaultMaxMessageBytes)),
+		"message.timestamp.type": "CreateTime",
+		"retention.bytes":        strconv.FormatInt(b.cfg.DefaultRetentionBytes, 10),
+		"retention.ms":           strconv.FormatInt(b.cfg.DefaultRetentionMs, 10),
+		"segment.bytes":          strconv.FormatInt(b.cfg.DefaultSegmentBytes, 10),
+	}
+	var out []topicConfig
+	for name, v := range defaults {
+		src := int8(kmsg.ConfigSourceDefaultConfig)
+		if set, ok := t.Configs[name]; ok {
+			v, src = set, int8(kmsg.ConfigSourceDynamicTopicConfig)
+		}
+		out = append(out, topicConfig{name, v, src})
+	}
+	for name, v := range t.Configs {
+		if _, ok := defaults[name]; !ok {
+			out = append(out, topicConfig{name, v, int8(kmsg.ConfigSourceDynamicTopicConfig)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out
 }

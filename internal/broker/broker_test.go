@@ -334,3 +334,55 @@ func TestMetadataListsTopicsAndBroker(t *testing.T) {
 		t.Fatalf("metadata: %v brokers %v cluster %q", names, md.Brokers, md.Cluster)
 	}
 }
+
+func TestAdminConfigsPartitionsCluster(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	cl := client(t, b)
+	ctx := context.Background()
+	createTopic(t, cl, "adm", 2, map[string]*string{"retention.ms": kadm.StringPtr("60000")})
+	adm := kadm.NewClient(cl)
+	rc, err := adm.DescribeTopicConfigs(ctx, "adm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, r := range rc {
+		for _, c := range r.Configs {
+			if c.Key == "retention.ms" && c.MaybeValue() == "60000" && c.Source == kmsg.ConfigSourceDynamicTopicConfig {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("retention.ms not described: %+v", rc)
+	}
+	if _, err := adm.CreatePartitions(ctx, 3, "adm"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() error {
+		md, err := adm.Metadata(ctx, "adm")
+		if err != nil {
+			return err
+		}
+		if n := len(md.Topics["adm"].Partitions); n != 5 {
+			return fmt.Errorf("%d partitions", n)
+		}
+		return nil
+	})
+	resp, _ := adm.CreatePartitions(ctx, -4, "adm") // would shrink
+	if resp["adm"].Err != kerr.InvalidPartitions {
+		t.Fatalf("shrink: %v", resp["adm"].Err)
+	}
+	produceN(t, cl, "adm", 50)
+	dc := kmsg.NewPtrDescribeClusterRequest()
+	dc.SetVersion(1)
+	dc.EndpointType = 1
+	dresp := roundTrip(t, b, dc).(*kmsg.DescribeClusterResponse)
+	if dresp.ErrorCode != 0 || len(dresp.Brokers) != 1 || dresp.ControllerID != 0 || dresp.ClusterID != b.ClusterID() {
+		t.Fatalf("describe cluster: %+v", dresp)
+	}
+	dc.EndpointType = 2
+	if dresp := roundTrip(t, b, dc).(*kmsg.DescribeClusterResponse); dresp.ErrorCode != kerr.UnsupportedEndpointType.Code {
+		t.Fatalf("controller endpoints: %d", dresp.ErrorCode)
+	}
+}

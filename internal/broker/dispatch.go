@@ -46,6 +46,9 @@ func init() {
 		kmsg.TxnOffsetCommit.Int16():      (*Broker).handleTxnOffsetCommit,
 		kmsg.DescribeTransactions.Int16(): (*Broker).handleDescribeTransactions,
 		kmsg.ListTransactions.Int16():     (*Broker).handleListTransactions,
+		kmsg.DescribeConfigs.Int16():      (*Broker).handleDescribeConfigs,
+		kmsg.CreatePartitions.Int16():     (*Broker).handleCreatePartitions,
+		kmsg.DescribeCluster.Int16():      (*Broker).handleDescribeCluster,
 	}
 }
 

@@ -99,10 +99,18 @@ type Registry struct {
 	dir string
 	log *slog.Logger
 
-	mu     sync.RWMutex // guards byName, byID, listed
+	mu     sync.RWMutex // guards byName, byID, stamps, listed
 	byName map[string]*Topic
 	byID   map[ID]*Topic
+	stamps map[string]stamp // identity of each file as last read
 	listed time.Time
+}
+
+// stamp identifies one version of a topic file (a rewrite by CreatePartitions
+// replaces it by rename).
+type stamp struct {
+	mod  time.Time
+	size int64
 }
 
 // Open returns the registry rooted at <dataDir>/__cluster/topics.
@@ -114,7 +122,7 @@ func Open(dataDir string, log *slog.Logger) (*Registry, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Registry{dir: dir, log: log, byName: map[string]*Topic{}, byID: map[ID]*Topic{}}
+	r := &Registry{dir: dir, log: log, byName: map[string]*Topic{}, byID: map[ID]*Topic{}, stamps: map[string]stamp{}}
 	if err := r.Refresh(); err != nil {
 		return nil, err
 	}
@@ -132,8 +140,9 @@ func (r *Registry) Refresh() error {
 	}
 	byName := make(map[string]*Topic, len(ents))
 	byID := make(map[ID]*Topic, len(ents))
+	stamps := make(map[string]stamp, len(ents))
 	r.mu.RLock()
-	old := r.byName
+	old, oldStamps := r.byName, r.stamps
 	r.mu.RUnlock()
 	for _, e := range ents {
 		n := e.Name()
@@ -144,8 +153,13 @@ func (r *Registry) Refresh() error {
 		if ValidateName(name) != nil {
 			continue
 		}
+		info, ierr := e.Info()
+		if ierr != nil {
+			continue // removed meanwhile
+		}
+		st := stamp{info.ModTime(), info.Size()}
 		t := old[name]
-		if t == nil {
+		if t == nil || oldStamps[name] != st {
 			if t, err = r.read(name); err != nil {
 				if !errors.Is(err, fs.ErrNotExist) {
 					r.log.Warn("topic file unreadable; skipped", "topic", name, "err", err)
@@ -155,9 +169,10 @@ func (r *Registry) Refresh() error {
 		}
 		byName[name] = t
 		byID[t.ID] = t
+		stamps[name] = st
 	}
 	r.mu.Lock()
-	r.byName, r.byID, r.listed = byName, byID, time.Now()
+	r.byName, r.byID, r.stamps, r.listed = byName, byID, stamps, time.Now()
 	r.mu.Unlock()
 	return nil
 }
@@ -379,4 +394,34 @@ func (t *Topic) String(key, def string) string {
 // Deletes reports whether the cleanup policy deletes old segments.
 func (t *Topic) Deletes() bool {
 	return strings.Contains(t.String("cleanup.policy", "delete"), "delete")
+}
+
+// Grow raises a topic's partition count to count (the caller is the
+// controller, the file's single writer for this change). Partitions are
+// never removed.
+func (r *Registry) Grow(name string, count int32, validateOnly bool) (*Topic, error) {
+	t, ok := r.Get(name)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrUnknown, name)
+	}
+	if count <= t.Partitions || count > MaxPartitions {
+		return nil, fmt.Errorf("%w: %s has %d partitions, asked for %d (more, at most %d)", ErrInvalidCount, name, t.Partitions, count, MaxPartitions)
+	}
+	grown := *t
+	grown.Partitions = count
+	if validateOnly {
+		return &grown, nil
+	}
+	b, err := json.Marshal(&grown)
+	if err != nil {
+		return nil, fmt.Errorf("topics: encode %s: %w", name, err)
+	}
+	if err := fsutil.WriteFile(r.path(name), b); err != nil {
+		return nil, fmt.Errorf("topics: grow %s: %w", name, err)
+	}
+	r.mu.Lock()
+	r.byName[name] = &grown
+	r.byID[grown.ID] = &grown
+	r.mu.Unlock()
+	return &grown, nil
 }

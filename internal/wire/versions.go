@@ -39,6 +39,9 @@ var versions = map[int16]Range{
 	kmsg.TxnOffsetCommit.Int16():      {0, 5},
 	kmsg.DescribeTransactions.Int16(): {0, 0},
 	kmsg.ListTransactions.Int16():     {0, 1},
+	kmsg.DescribeConfigs.Int16():      {0, 4},
+	kmsg.CreatePartitions.Int16():     {0, 3},
+	kmsg.DescribeCluster.Int16():      {0, 1},
 }
 
 // Supported reports the advertised range for key.
