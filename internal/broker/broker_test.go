@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -384,5 +385,100 @@ func TestAdminConfigsPartitionsCluster(t *testing.T) {
 	dc.EndpointType = 2
 	if dresp := roundTrip(t, b, dc).(*kmsg.DescribeClusterResponse); dresp.ErrorCode != kerr.UnsupportedEndpointType.Code {
 		t.Fatalf("controller endpoints: %d", dresp.ErrorCode)
+	}
+}
+
+func TestLogAppendTimeOffsetOutOfRangeAndTopicIDs(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	cl := client(t, b)
+	ctx := context.Background()
+	createTopic(t, cl, "lat", 1, map[string]*string{"message.timestamp.type": kadm.StringPtr("LogAppendTime")})
+	old := time.Now().Add(-24 * time.Hour)
+	before := time.Now().Add(-time.Second)
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "lat", Value: []byte("x"), Timestamp: old}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	got := consume(t, b, "lat", 1)
+	if ts := got[0].Timestamp; ts.Before(before) || got[0].Attrs.TimestampType() != 1 {
+		t.Fatalf("LogAppendTime topic kept the client's timestamp %v (type %d)", ts, got[0].Attrs.TimestampType())
+	}
+	// Fetch past the end: OFFSET_OUT_OF_RANGE.
+	tp, _ := b.topics.Get("lat")
+	req := kmsg.NewPtrFetchRequest()
+	req.SetVersion(13) // by topic id
+	req.MaxWaitMillis, req.MaxBytes = 100, 1<<20
+	rt := kmsg.NewFetchRequestTopic()
+	rt.TopicID = tp.ID
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.FetchOffset, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch = 99, 1<<20, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp := roundTrip(t, b, req).(*kmsg.FetchResponse)
+	if c := resp.Topics[0].Partitions[0].ErrorCode; c != kerr.OffsetOutOfRange.Code || resp.Topics[0].TopicID != tp.ID {
+		t.Fatalf("fetch past the end by topic id: %v", kerr.ErrorForCode(c))
+	}
+	req.Topics[0].Partitions[0].FetchOffset = 0
+	resp = roundTrip(t, b, req).(*kmsg.FetchResponse)
+	if p := resp.Topics[0].Partitions[0]; p.ErrorCode != 0 || len(p.RecordBatches) == 0 || p.HighWatermark != 1 {
+		t.Fatalf("fetch by topic id: %+v", p)
+	}
+	req.Topics[0].TopicID = [16]byte{1}
+	resp = roundTrip(t, b, req).(*kmsg.FetchResponse)
+	if c := resp.Topics[0].Partitions[0].ErrorCode; c != kerr.UnknownTopicID.Code {
+		t.Fatalf("unknown topic id: %v", kerr.ErrorForCode(c))
+	}
+}
+
+func TestDeletedTopicOffsetsAreNotInheritedByARecreatedTopic(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	cl := client(t, b)
+	ctx := context.Background()
+	createTopic(t, cl, "reborn", 1, nil)
+	adm := kadm.NewClient(cl)
+	o := kadm.Offsets{}
+	o.AddOffset("reborn", 0, 500, -1)
+	if _, err := adm.CommitOffsets(ctx, "g", o); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.DeleteTopics(ctx, "reborn"); err != nil {
+		t.Fatal(err)
+	}
+	createTopic(t, cl, "reborn", 1, nil)
+	offs, err := adm.FetchOffsets(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := offs.Lookup("reborn", 0); ok && got.At != -1 {
+		t.Fatalf("the re-created topic inherited a committed offset: %+v", got)
+	}
+}
+
+func TestOffsetsRetentionExpiresEmptyGroups(t *testing.T) {
+	var now atomic.Int64
+	now.Store(time.Now().UnixMilli())
+	clock := func() time.Time { return time.UnixMilli(now.Load()) }
+	b := startBroker(t, t.TempDir(), func(c *Config) { c.Now = clock })
+	cl := client(t, b)
+	ctx := context.Background()
+	createTopic(t, cl, "ret", 1, nil)
+	adm := kadm.NewClient(cl)
+	o := kadm.Offsets{}
+	o.AddOffset("ret", 0, 7, -1)
+	if _, err := adm.CommitOffsets(ctx, "old-group", o); err != nil {
+		t.Fatal(err)
+	}
+	b.coord.ExpireOffsets(ctx)
+	if offs, _ := adm.FetchOffsets(ctx, "old-group"); offs["ret"][0].At != 7 {
+		t.Fatal("expired before the retention passed")
+	}
+	now.Add((7*24*time.Hour + time.Minute).Milliseconds())
+	b.coord.ExpireOffsets(ctx)
+	offs, _ := adm.FetchOffsets(ctx, "old-group")
+	if o, ok := offs.Lookup("ret", 0); ok && o.At != -1 {
+		t.Fatalf("offset kept past retention: %+v", o)
+	}
+	listed, _ := adm.ListGroups(ctx)
+	if _, ok := listed["old-group"]; ok {
+		t.Fatal("a group with no offsets and no members is still listed")
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
 )
 
 // requireTool skips when a client is missing on a developer machine, and
@@ -96,5 +98,76 @@ func TestKafkaPythonProduceConsume(t *testing.T) {
 	out := run(t, 60*time.Second, "", "/usr/bin/python3", "-c", kafkaPythonScript, b.Addr())
 	if !strings.Contains(out, "ok 200") {
 		t.Fatalf("kafka-python: %s", out)
+	}
+}
+
+const confluentTxnScript = `
+import sys
+from confluent_kafka import Producer, Consumer, TopicPartition
+bootstrap = sys.argv[1]
+# Seed the input topic.
+p = Producer({"bootstrap.servers": bootstrap})
+for i in range(30):
+    p.produce("ck-in", value=("in-%d" % i).encode(), partition=i % 2)
+p.flush(30)
+c = Consumer({"bootstrap.servers": bootstrap, "group.id": "ck-group", "auto.offset.reset": "earliest",
+              "enable.auto.commit": False, "isolation.level": "read_committed"})
+c.subscribe(["ck-in"])
+tp = Producer({"bootstrap.servers": bootstrap, "transactional.id": "ck-tx"})
+tp.init_transactions(30)
+got = 0
+rounds = 0
+while got < 30 and rounds < 60:
+    rounds += 1
+    msgs = c.consume(num_messages=10, timeout=1.0)
+    msgs = [m for m in msgs if m.error() is None]
+    if not msgs:
+        continue
+    tp.begin_transaction()
+    for m in msgs:
+        tp.produce("ck-out", value=m.value().replace(b"in", b"out"))
+    offsets = [TopicPartition(m.topic(), m.partition(), m.offset() + 1) for m in msgs]
+    tp.send_offsets_to_transaction(offsets, c.consumer_group_metadata(), 30)
+    tp.commit_transaction(30)
+    got += len(msgs)
+# One aborted transaction that must stay invisible.
+tp.begin_transaction()
+tp.produce("ck-out", value=b"aborted")
+tp.abort_transaction(30)
+c.close()
+r = Consumer({"bootstrap.servers": bootstrap, "group.id": "ck-reader", "auto.offset.reset": "earliest",
+              "isolation.level": "read_committed"})
+r.subscribe(["ck-out"])
+vals = []
+for _ in range(20):
+    for m in r.consume(num_messages=100, timeout=0.5):
+        if m.error() is None:
+            vals.append(m.value().decode())
+    if len(vals) >= 30:
+        break
+r.close()
+assert sorted(vals) == sorted("out-%d" % i for i in range(30)), vals
+print("ok", got, len(vals))
+`
+
+func TestConfluentKafkaPythonTransactions(t *testing.T) {
+	requireTool(t, "confluent-kafka-python", "/usr/bin/python3", "-c", "import confluent_kafka")
+	b := startBroker(t, t.TempDir(), fastGroups)
+	cl := client(t, b)
+	createTopic(t, cl, "ck-in", 2, nil)
+	createTopic(t, cl, "ck-out", 2, nil)
+	out := run(t, 120*time.Second, "", "/usr/bin/python3", "-c", confluentTxnScript, b.Addr())
+	if !strings.Contains(out, "ok 30 30") {
+		t.Fatalf("confluent-kafka-python: %s", out)
+	}
+	// The consumed input offsets were committed in the transactions.
+	offs, err := kadm.NewClient(cl).FetchOffsets(context.Background(), "ck-group")
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := int64(0)
+	offs.Each(func(o kadm.OffsetResponse) { total += o.At })
+	if total != 30 {
+		t.Fatalf("committed input offsets add up to %d, want 30", total)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kaas-dev/kaas/internal/group"
 )
@@ -277,5 +278,76 @@ func TestTxnCoordinatorKilledAfterWritesCommitsOrAbortsWhole(t *testing.T) {
 		if seen[fmt.Sprintf("next-%d", part)] != 1 || seen[fmt.Sprintf("committed-%d", part)] != 1 {
 			t.Fatalf("read_committed after the abandoned transaction: %v", got)
 		}
+	}
+}
+
+// TestTrap7TxnOffsetsCommittedOnTheGroupCoordinator stages offsets on a
+// group coordinator that is not the transaction's coordinator: the commit
+// marker must make them visible there, exactly when the transaction commits.
+func TestTrap7TxnOffsetsCommittedOnTheGroupCoordinator(t *testing.T) {
+	c := Start(t, Options{Brokers: 3})
+	cl := client(t, c)
+	ctx := context.Background()
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "t7"); err != nil {
+		t.Fatal(err)
+	}
+	var groupID, txnID string
+	for i := 0; groupID == ""; i++ {
+		g, x := fmt.Sprintf("t7-g%d", i), fmt.Sprintf("t7-tx%d", i)
+		if coordinatorOf(t, cl, g) != txnCoordinatorOf(t, cl, x) {
+			groupID, txnID = g, x
+		}
+	}
+	p, err := kgo.NewClient(kgo.SeedBrokers(c.AllAddrs()...), kgo.TransactionalID(txnID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ProduceSync(ctx, &kgo.Record{Topic: "t7", Value: []byte("v")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	id, epoch, err := p.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add := kmsg.NewPtrAddOffsetsToTxnRequest()
+	add.TransactionalID, add.ProducerID, add.ProducerEpoch, add.Group = txnID, id, epoch, groupID
+	if resp, err := add.RequestWith(ctx, p); err != nil || resp.ErrorCode != 0 {
+		t.Fatalf("add offsets: %v %+v", err, resp)
+	}
+	tc := kmsg.NewPtrTxnOffsetCommitRequest()
+	tc.TransactionalID, tc.Group, tc.ProducerID, tc.ProducerEpoch, tc.Generation = txnID, groupID, id, epoch, -1
+	tt := kmsg.NewTxnOffsetCommitRequestTopic()
+	tt.Topic = "t7"
+	tp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+	tp.Offset = 77
+	tt.Partitions = append(tt.Partitions, tp)
+	tc.Topics = append(tc.Topics, tt)
+	if resp, err := tc.RequestWith(ctx, p); err != nil || resp.Topics[0].Partitions[0].ErrorCode != 0 {
+		t.Fatalf("txn offset commit: %v %+v", err, resp)
+	}
+	fetch := func() int64 {
+		offs, err := adm.FetchOffsets(ctx, groupID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, ok := offs.Lookup("t7", 0)
+		if !ok {
+			return -1
+		}
+		return o.At
+	}
+	if got := fetch(); got != -1 {
+		t.Fatalf("staged offset visible before the commit: %d", got)
+	}
+	if err := p.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	if got := fetch(); got != 77 {
+		t.Fatalf("after the commit the group coordinator shows %d, want 77", got)
 	}
 }

@@ -386,3 +386,14 @@ func TestUnloadAnswersParkedJoinsWithNotCoordinator(t *testing.T) {
 		t.Fatal("a parked join was left hanging when the group moved")
 	}
 }
+
+func TestFindCoordinatorWithNoAliveBrokerIsNotAvailable(t *testing.T) {
+	a := newCoord(t, t.TempDir(), "kaas-0")
+	a.Apply(nil, assignment(1, 3, []string{"kaas-0", "kaas-1", "kaas-2"}, nil))
+	if _, err := a.FindGroup("g"); !errors.Is(err, ErrNotAvailable) {
+		t.Fatalf("group: %v", err)
+	}
+	if _, err := a.FindTxn("tx"); !errors.Is(err, ErrNotAvailable) {
+		t.Fatalf("transactional id: %v", err)
+	}
+}

@@ -667,6 +667,9 @@ func (s *Store) writeBatch(g *groupState, batch []*request) {
 			}
 			r.removed = len(tps)
 			changed = changed || len(tps) > 0
+			// KIP-211: a group left with no offsets is removed (the caller
+			// expires only groups without members).
+			remove = len(tps) > 0 && g.st.n == 0
 		case opStage:
 			if g.txns == nil {
 				g.txns = map[int64]Staged{}

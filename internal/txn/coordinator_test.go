@@ -187,7 +187,7 @@ func TestTimedOutTransactionIsAborted(t *testing.T) {
 	}
 }
 
-func TestTransactionalIDsGetTheirOwnSafeFiles(t *testing.T) {
+func TestTrap8EachTransactionalIDHasItsOwnFile(t *testing.T) {
 	dir := t.TempDir()
 	m := &fakeMarkers{}
 	f := offsets.Fence{ControllerEpoch: 1, AssignmentVersion: 1}
