@@ -176,21 +176,9 @@ type CommitInput struct {
 // Commit checks membership and generation, then makes the offsets durable.
 // It returns only after the fsync that covers them.
 func (c *Coordinator) Commit(ctx context.Context, in CommitInput) error {
-	if err := c.check(in.Group); err != nil {
+	if err := c.admitCommit(in.Group, group.CommitCheck{Generation: in.Generation, MemberID: in.MemberID, InstanceID: in.InstanceID}); err != nil {
 		return err
 	}
-	s := c.shellFor(in.Group)
-	s.mu.Lock()
-	if s.gone {
-		s.mu.Unlock()
-		return ErrNotCoordinator
-	}
-	if err := s.checkCommit(in.Generation, in.MemberID, in.InstanceID); err != nil {
-		s.mu.Unlock()
-		return err
-	}
-	s.lastCommit = c.cfg.Now()
-	s.mu.Unlock()
 	if len(in.Offsets) == 0 {
 		return nil
 	}
@@ -549,26 +537,10 @@ type TxnCommitInput struct {
 // transaction's marker arrives (EndTxnOffsets) and are dropped on abort.
 // With KIP-447 member information the group's generation rules apply.
 func (c *Coordinator) TxnCommit(ctx context.Context, in TxnCommitInput) error {
-	if err := c.check(in.Group); err != nil {
+	if err := c.admitCommit(in.Group, group.CommitCheck{Generation: in.Generation, MemberID: in.MemberID,
+		InstanceID: in.InstanceID, Transactional: true}); err != nil {
 		return err
 	}
-	s := c.shellFor(in.Group)
-	s.mu.Lock()
-	if s.gone {
-		s.mu.Unlock()
-		return ErrNotCoordinator
-	}
-	if s.member != nil && in.MemberID != "" {
-		code, out := s.member.core.CheckCommit(c.cfg.Now(), group.CommitCheck{MemberID: in.MemberID,
-			InstanceID: in.InstanceID, Generation: in.Generation, Transactional: true})
-		s.member.apply(out)
-		if code != 0 {
-			s.mu.Unlock()
-			return CodeError(code)
-		}
-	}
-	s.lastCommit = c.cfg.Now()
-	s.mu.Unlock()
 	err := c.store.Stage(ctx, in.Group, c.own.Source().Fence(), in.ProducerID, offsets.Staged{
 		ProducerEpoch: in.ProducerEpoch, TransactionalID: in.TransactionalID, Offsets: in.Offsets})
 	return storeErr(in.Group, err)

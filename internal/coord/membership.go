@@ -40,23 +40,32 @@ func (c *Coordinator) ensureMembership(s *shell) *membership {
 	return s.member
 }
 
-// checkCommit applies the group's generation rules to an OffsetCommit.
-// Called with s.mu held.
-func (s *shell) checkCommit(gen int32, member string, instance *string) error {
-	if s.member == nil {
-		// No membership here: a simple commit is allowed; a member's commit
-		// comes from a generation this coordinator never saw (Kafka answers
-		// ILLEGAL_GENERATION for a group it does not have).
-		if gen < 0 {
-			return nil
-		}
+// admitCommit applies ownership and the group's generation rules to an
+// OffsetCommit or TxnOffsetCommit, and notes the commit for group balancing.
+func (c *Coordinator) admitCommit(groupID string, in group.CommitCheck) error {
+	if err := c.check(groupID); err != nil {
+		return err
+	}
+	s := c.shellFor(groupID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone {
+		return ErrNotCoordinator
+	}
+	switch {
+	case s.member == nil && in.Generation >= 0 && !(in.Transactional && in.MemberID == ""):
+		// No membership here: a member's commit comes from a generation
+		// this coordinator never saw (Kafka answers ILLEGAL_GENERATION for a
+		// group it does not have).
 		return ErrIllegalGeneration
+	case s.member != nil && (!in.Transactional || in.MemberID != ""):
+		code, out := s.member.core.CheckCommit(c.cfg.Now(), in)
+		s.member.apply(out)
+		if code != 0 {
+			return CodeError(code)
+		}
 	}
-	code, out := s.member.core.CheckCommit(s.member.c.cfg.Now(), group.CommitCheck{MemberID: member, InstanceID: instance, Generation: gen})
-	s.member.apply(out)
-	if code != 0 {
-		return CodeError(code)
-	}
+	s.lastCommit = c.cfg.Now()
 	return nil
 }
 

@@ -221,13 +221,20 @@ func (s *Store) handle(group string) (*groupState, error) {
 // Load returns a copy of the group's committed offsets, loading the group from
 // disk on first touch.
 func (s *Store) Load(group string) (map[TP]Offset, error) {
+	var out map[TP]Offset
+	err := s.withLoaded(group, func(g *groupState) { out = g.st.snapshot() })
+	return out, err
+}
+
+// withLoaded runs fn with the group's state loaded and its lock held.
+func (s *Store) withLoaded(group string, fn func(*groupState)) error {
 	if err := validGroup(group); err != nil {
-		return nil, err
+		return err
 	}
 	for {
 		g, err := s.handle(group)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		g.mu.Lock()
 		if g.evicted {
@@ -237,12 +244,12 @@ func (s *Store) Load(group string) (map[TP]Offset, error) {
 		if !g.loaded {
 			if err := s.load(g); err != nil {
 				g.mu.Unlock()
-				return nil, err
+				return err
 			}
 		}
-		out := g.st.snapshot()
+		fn(g)
 		g.mu.Unlock()
-		return out, nil
+		return nil
 	}
 }
 
@@ -923,27 +930,7 @@ func (s *Store) EndTxn(ctx context.Context, group string, fence Fence, pid int64
 // StagedTxns returns the staged transactional offsets of a group by
 // producer id (loading the group on first touch).
 func (s *Store) StagedTxns(group string) (map[int64]Staged, error) {
-	if err := validGroup(group); err != nil {
-		return nil, err
-	}
-	for {
-		g, err := s.handle(group)
-		if err != nil {
-			return nil, err
-		}
-		g.mu.Lock()
-		if g.evicted {
-			g.mu.Unlock()
-			continue
-		}
-		if !g.loaded {
-			if err := s.load(g); err != nil {
-				g.mu.Unlock()
-				return nil, err
-			}
-		}
-		out := cloneTxns(g.txns)
-		g.mu.Unlock()
-		return out, nil
-	}
+	var out map[int64]Staged
+	err := s.withLoaded(group, func(g *groupState) { out = cloneTxns(g.txns) })
+	return out, err
 }
