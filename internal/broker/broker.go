@@ -143,9 +143,10 @@ type Broker struct {
 	srvMu sync.Mutex // guards srv
 	srv   *server
 
-	partMu sync.Mutex // guards parts
-	parts  map[tp]*partition
-	hw     notifier // wakes long-polling fetches when a high watermark moves
+	partMu  sync.Mutex // guards parts, opening
+	parts   map[tp]*partition
+	opening map[tp]chan struct{} // closed when the partition's open finished
+	hw      notifier             // wakes long-polling fetches when a high watermark moves
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -193,8 +194,8 @@ func New(cfg Config) (*Broker, error) {
 	b := &Broker{
 		cfg: cfg, log: log, topics: reg, clusterID: cid,
 		pids:  newPIDAllocator(filepath.Join(cfg.DataDir, "__cluster", "producer-ids"), cfg.ID),
-		parts: map[tp]*partition{},
-		ctx:   ctx, cancel: cancel,
+		parts: map[tp]*partition{}, opening: map[tp]chan struct{}{},
+		ctx: ctx, cancel: cancel,
 	}
 	if b.cfg.Cluster == nil {
 		b.cfg.Cluster = single{b}
@@ -452,31 +453,53 @@ func (b *Broker) partitionFor(topic string, idx int32) (*partition, error) {
 		return nil, errNotLeader
 	}
 	key := tp{topic, idx}
-	b.partMu.Lock()
-	defer b.partMu.Unlock()
-	if p, ok := b.parts[key]; ok {
-		if p.epoch == epoch && p.topicID == t.ID {
+	for {
+		b.partMu.Lock()
+		if p, ok := b.parts[key]; ok && p.epoch == epoch && p.topicID == t.ID {
+			b.partMu.Unlock()
 			return p, nil
 		}
-		delete(b.parts, key)
-		if err := p.close(); err != nil {
-			b.log.Warn("closing partition failed", "topic", topic, "partition", idx, "err", err)
+		if wait, ok := b.opening[key]; ok {
+			// Another request is opening this partition: wait for it rather
+			// than hold the broker-wide lock through a recovery scan.
+			b.partMu.Unlock()
+			<-wait
+			continue
 		}
+		stale := b.parts[key]
+		delete(b.parts, key)
+		opened := make(chan struct{})
+		b.opening[key] = opened
+		b.partMu.Unlock()
+
+		if stale != nil { // led here at an older epoch, or a deleted topic's log
+			if err := stale.close(); err != nil {
+				b.log.Warn("closing partition failed", "topic", topic, "partition", idx, "err", err)
+			}
+		}
+		l, err := storage.Open(partitionDir(b.cfg.DataDir, topic, idx), b.logOptions(t, epoch))
+		var p *partition
+		if err == nil {
+			p = &partition{
+				topic: topic, index: idx, topicID: t.ID, epoch: epoch, deletes: t.Deletes(), log: l,
+				kick: make(chan struct{}, 1), done: make(chan struct{}), stop: make(chan struct{}),
+			}
+			go p.flusher(b.log, &b.hw)
+			b.log.Info("partition opened", "topic", topic, "partition", idx, "epoch", epoch,
+				"end_offset", l.EndOffset(), "log_start", l.LogStartOffset())
+		}
+		b.partMu.Lock()
+		delete(b.opening, key)
+		if p != nil {
+			b.parts[key] = p
+		}
+		close(opened)
+		b.partMu.Unlock()
+		if err != nil {
+			return nil, fmt.Errorf("open %s/%d: %w", topic, idx, err)
+		}
+		return p, nil
 	}
-	opts := b.logOptions(t, epoch)
-	l, err := storage.Open(partitionDir(b.cfg.DataDir, topic, idx), opts)
-	if err != nil {
-		return nil, fmt.Errorf("open %s/%d: %w", topic, idx, err)
-	}
-	p := &partition{
-		topic: topic, index: idx, topicID: t.ID, epoch: epoch, deletes: t.Deletes(), log: l,
-		kick: make(chan struct{}, 1), done: make(chan struct{}), stop: make(chan struct{}),
-	}
-	go p.flusher(b.log, &b.hw)
-	b.parts[key] = p
-	b.log.Info("partition opened", "topic", topic, "partition", idx, "epoch", epoch,
-		"end_offset", l.EndOffset(), "log_start", l.LogStartOffset())
-	return p, nil
 }
 
 func (b *Broker) logOptions(t *topics.Topic, epoch int32) storage.Options {

@@ -95,6 +95,7 @@ type Group struct {
 	// Join-phase bookkeeping.
 	initialDelay   bool          // the running join phase is in its initial delay
 	newMemberAdded bool          // a new member joined during the current delay window
+	lastNewMember  time.Time     // when the last new member joined during the delay
 	delayRemaining time.Duration // what is left of the rebalance timeout for more windows
 	completeNow    bool          // complete the join phase at the end of this input
 

@@ -198,6 +198,7 @@ func (g *Group) addAndRebalance(in JoinInput, id string) {
 	g.updateMember(m, in)
 	if g.state == PreparingRebalance && g.initialDelay {
 		g.newMemberAdded = true
+		g.lastNewMember = g.now
 	}
 	g.addMember(m)
 	g.armSession(m)

@@ -47,11 +47,17 @@ func (g *Group) fire(key TimerKey) {
 			return
 		}
 		if g.newMemberAdded && g.delayRemaining > 0 {
+			// New members keep arriving: the window extends to one delay
+			// after the last of them, capped by the rebalance timeout. A
+			// group whose members all joined at once so forms one delay
+			// after they joined, not two.
 			g.newMemberAdded = false
-			d := min(g.cfg.InitialRebalanceDelay, g.delayRemaining)
-			g.delayRemaining -= d
-			g.arm(TimerKey{Kind: TimerRebalanceDelay}, d)
-			return
+			d := min(g.cfg.InitialRebalanceDelay-g.now.Sub(g.lastNewMember), g.delayRemaining)
+			if d > 0 {
+				g.delayRemaining -= d
+				g.arm(TimerKey{Kind: TimerRebalanceDelay}, d)
+				return
+			}
 		}
 		g.completeJoin()
 	case TimerRebalanceTimeout:
