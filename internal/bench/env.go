@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/kaas-dev/kaas/internal/broker"
+	"github.com/kaas-dev/kaas/internal/group"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
 
@@ -42,9 +43,10 @@ type Env struct {
 	Concurrency []int         // producer/committer counts to sweep
 	Log         *slog.Logger
 
-	mu      sync.Mutex // guards closers, limits
-	closers []func()
-	limits  *Limits
+	mu          sync.Mutex // guards closers, limits, groupTarget
+	closers     []func()
+	limits      *Limits
+	groupTarget *Target // see GroupTarget
 }
 
 // EnvConfig configures NewEnv.
@@ -207,4 +209,51 @@ func (e *Env) Limits(ctx context.Context) (*Limits, error) {
 // capped at 2 s (the limits are stable well before that).
 func (e *Env) limitWindow() time.Duration {
 	return min(e.Duration, 2*time.Second)
+}
+
+// GroupTarget returns the in-memory kaas target of the group goals: a kaas
+// broker on tmpfs whose initial rebalance delay is 0, because kfake has no
+// such delay and rebalances are compared with the delay at 0 on both sides
+// (docs/performance: the peer). It starts on first use and is shared by the
+// goals of the run. Without tmpfs it runs on the data dir (Durable is then
+// true and the goals say so).
+func (e *Env) GroupTarget(ctx context.Context) (Target, error) {
+	e.mu.Lock()
+	if e.groupTarget != nil {
+		t := *e.groupTarget
+		e.mu.Unlock()
+		return t, nil
+	}
+	e.mu.Unlock()
+	dir, err := e.ScratchDir(true, "kaas-groups-")
+	if err != nil {
+		return Target{}, err
+	}
+	gc := group.DefaultConfig()
+	gc.InitialRebalanceDelay = 0
+	t, err := e.StartKaas(ctx, "kaas-tmpfs-delay0", dir, func(c *broker.Config) { c.Group = &gc })
+	if err != nil {
+		return Target{}, err
+	}
+	e.mu.Lock()
+	e.groupTarget = &t
+	e.mu.Unlock()
+	return t, nil
+}
+
+// ScratchDir makes a fresh directory, removed when the run ends: on tmpfs
+// when memory is true and a tmpfs is available, else under the data dir.
+func (e *Env) ScratchDir(memory bool, prefix string) (string, error) {
+	parent := e.DataDir
+	if memory {
+		if shm, ok := TmpfsDir(); ok {
+			parent = shm
+		}
+	}
+	dir, err := os.MkdirTemp(parent, prefix)
+	if err != nil {
+		return "", fmt.Errorf("bench: scratch dir: %w", err)
+	}
+	e.onClose(func() { os.RemoveAll(dir) })
+	return dir, nil
 }

@@ -80,14 +80,24 @@ func (b *Broker) handleOffsetCommit(ctx context.Context, c *conn, req wire.Reque
 	if len(pending) == 0 {
 		return now(resp)
 	}
+	fail := func(err error) {
+		e := coordError(err)
+		if e == kerr.CoordinatorNotAvailable || e == kerr.UnknownServerError {
+			b.log.Error("offset commit failed", "group", r.Group, "err", err)
+		}
+		setAll(e)
+	}
+	// Checked and queued now, in request order; the fsync is waited for in
+	// the response's turn, so commits pipelined on one connection share
+	// durable writes without being reordered.
+	wait, err := b.coord.Commit(coord.CommitInput{Group: r.Group, Generation: gen, MemberID: member, InstanceID: r.InstanceID, Offsets: offs})
+	if err != nil {
+		fail(err)
+		return now(resp)
+	}
 	return func() kmsg.Response {
-		err := b.coord.Commit(ctx, coord.CommitInput{Group: r.Group, Generation: gen, MemberID: member, InstanceID: r.InstanceID, Offsets: offs})
-		if err != nil {
-			e := coordError(err)
-			if e == kerr.CoordinatorNotAvailable || e == kerr.UnknownServerError {
-				b.log.Error("offset commit failed", "group", r.Group, "err", err)
-			}
-			setAll(e)
+		if err := wait(ctx); err != nil {
+			fail(err)
 		}
 		return resp
 	}

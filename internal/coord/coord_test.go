@@ -60,7 +60,11 @@ func commit(t *testing.T, c *Coordinator, g string, offs map[int32]int64) error 
 	for p, o := range offs {
 		m[tp(p)] = offsets.Offset{Offset: o, LeaderEpoch: -1, ExpireTimestamp: -1}
 	}
-	return c.Commit(context.Background(), CommitInput{Group: g, Generation: -1, Offsets: m})
+	wait, err := c.Commit(CommitInput{Group: g, Generation: -1, Offsets: m})
+	if err != nil {
+		return err
+	}
+	return wait(context.Background())
 }
 
 func fetchAll(t *testing.T, c *Coordinator, g string) map[int32]int64 {

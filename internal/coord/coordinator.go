@@ -173,16 +173,21 @@ type CommitInput struct {
 	Offsets    map[offsets.TP]offsets.Offset
 }
 
-// Commit checks membership and generation, then makes the offsets durable.
-// It returns only after the fsync that covers them.
-func (c *Coordinator) Commit(ctx context.Context, in CommitInput) error {
+// Commit checks membership and generation and queues the offsets for a
+// durable write, in the order of calls; the returned wait reports the
+// outcome after the fsync that covers them.
+func (c *Coordinator) Commit(in CommitInput) (wait func(context.Context) error, err error) {
 	if err := c.admitCommit(in.Group, group.CommitCheck{Generation: in.Generation, MemberID: in.MemberID, InstanceID: in.InstanceID}); err != nil {
-		return err
+		return nil, err
 	}
 	if len(in.Offsets) == 0 {
-		return nil
+		return func(context.Context) error { return nil }, nil
 	}
-	return storeErr(in.Group, c.store.Commit(ctx, in.Group, c.own.Source().Fence(), in.Offsets))
+	w, err := c.store.CommitAsync(in.Group, c.own.Source().Fence(), in.Offsets)
+	if err != nil {
+		return nil, storeErr(in.Group, err)
+	}
+	return func(ctx context.Context) error { return storeErr(in.Group, w(ctx)) }, nil
 }
 
 // Fetch returns a group's committed offsets: all of them when tps is nil,

@@ -256,19 +256,66 @@ func (s *Store) withLoaded(group string, fn func(*groupState)) error {
 // Commit merges offs into the group's full state and returns after a durable
 // write that contains them. See the package documentation and docs/offsets.md.
 func (s *Store) Commit(ctx context.Context, group string, fence Fence, offs map[TP]Offset) error {
-	if err := validGroup(group); err != nil {
+	r, err := commitRequest(group, fence, offs)
+	if err != nil {
 		return err
+	}
+	return s.submit(ctx, group, r)
+}
+
+func commitRequest(group string, fence Fence, offs map[TP]Offset) (*request, error) {
+	if err := validGroup(group); err != nil {
+		return nil, err
 	}
 	clean := make(map[TP]Offset, len(offs))
 	for tp, o := range offs {
 		if tp.Topic == "" || tp.Partition < 0 || !utf8.ValidString(tp.Topic) {
-			return fmt.Errorf("%w: %q/%d", ErrInvalidTopic, tp.Topic, tp.Partition)
+			return nil, fmt.Errorf("%w: %q/%d", ErrInvalidTopic, tp.Topic, tp.Partition)
 		}
 		o.Metadata = validUTF8(o.Metadata)
 		clean[tp] = o
 	}
-	r := &request{kind: opCommit, fence: fence, offs: clean}
-	return s.submit(ctx, group, r)
+	return &request{kind: opCommit, fence: fence, offs: clean}, nil
+}
+
+// CommitAsync queues a commit behind those already queued for the group and
+// returns at once; the returned wait reports its outcome after the fsync
+// that covers it. Commits queued in order are applied in order, so a caller
+// that must keep the order of its requests (one client connection) queues
+// them one after another and waits later: pipelined commits then share
+// durable writes.
+func (s *Store) CommitAsync(group string, fence Fence, offs map[TP]Offset) (wait func(context.Context) error, err error) {
+	r, err := commitRequest(group, fence, offs)
+	if err != nil {
+		return nil, err
+	}
+	g, err := s.handle(group)
+	if err != nil {
+		return nil, err
+	}
+	r.done = make(chan struct{})
+	g.qmu.Lock()
+	g.pending = append(g.pending, r)
+	if !g.writing {
+		g.writing = true
+		s.drains.Add(1)
+		go s.drain(g)
+	}
+	g.qmu.Unlock()
+	return func(ctx context.Context) error {
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			if g.withdraw(r) {
+				return ctx.Err()
+			}
+			<-r.done // already being written: its outcome is the answer
+		}
+		if r.retry { // the handle was evicted while queued: write it on a fresh one
+			return s.submit(ctx, group, r)
+		}
+		return r.err
+	}, nil
 }
 
 // Delete removes tps from the group (OffsetDelete) durably.

@@ -58,3 +58,31 @@ func TestStagedOffsetsInvisibleUntilCommitAndDurable(t *testing.T) {
 	}
 	s.Close()
 }
+
+func TestCommitAsyncKeepsQueueOrder(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var waits []func(context.Context) error
+	for i := range 200 {
+		w, err := s.CommitAsync("g", Fence{1, 1}, map[TP]Offset{{"t", 0}: {Offset: int64(i), LeaderEpoch: -1, ExpireTimestamp: -1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waits = append(waits, w)
+	}
+	for _, w := range waits {
+		if err := w(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s2, _ := Open(Options{Dir: dir})
+	defer s2.Close()
+	got, _ := s2.Load("g")
+	if got[TP{"t", 0}].Offset != 199 {
+		t.Fatalf("queued commits applied out of order: last is %d", got[TP{"t", 0}].Offset)
+	}
+}
