@@ -117,8 +117,11 @@ func (m *membership) apply(out group.Output) {
 	}
 	for _, ev := range out.Events {
 		level := slog.LevelInfo
-		if ev.Kind == group.EventBug {
+		switch ev.Kind {
+		case group.EventBug:
 			level = slog.LevelError
+		case group.EventPendingAdded, group.EventPendingRemoved:
+			level = slog.LevelDebug // one per KIP-394 handshake: noise at info
 		}
 		m.c.log.LogAttrs(context.Background(), level, ev.Kind.String(), ev.Attrs()...)
 	}
