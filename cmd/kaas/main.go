@@ -53,7 +53,8 @@ func usage() {
 	fmt.Fprint(os.Stderr, `usage:
   kaas broker --id N --data-dir DIR --listen HOST:PORT [--advertise HOST:PORT]
   kaas dev [--brokers 3] [--data-dir DIR] [--port 9092]
-  kaas bench [--goals limits,produce,fetch] [--duration 5s] [--concurrency 1,8,64] [--out docs/bench] [--data-dir DIR]
+  kaas bench [--goals limits,produce,fetch,commit,...] [--duration 5s] [--concurrency 1,8,64] [--out docs/bench] [--data-dir DIR]
+  kaas remove-broker --data-dir DIR --id kaas-N
 Run 'kaas <command> -h' for the flags; every flag also reads KAAS_<FLAG> from
 the environment (upper case, '-' as '_'), e.g. KAAS_DATA_DIR.
 `)
