@@ -120,7 +120,7 @@ type groupState struct {
 	txns    map[int64]Staged // transactional offsets staged per producer id
 	fence   Fence
 	onDisk  bool        // the file existed at the last read or write
-	fi      fs.FileInfo // identity of the file as last read or written; nil: absent
+	fi      fileVersion // identity of the file as last read or written; unset: absent
 }
 
 type opKind uint8
@@ -801,11 +801,11 @@ func (s *Store) refresh(g *groupState) error {
 	fi, err := s.fs.Stat(g.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if g.fi == nil {
+		if !g.fi.set {
 			return nil
 		}
 		s.log.Info("offsets: group file removed by another writer", "group", g.id)
-		g.st, g.fence, g.onDisk, g.fi = state{}, Fence{}, false, nil
+		g.st, g.fence, g.onDisk, g.fi = state{}, Fence{}, false, fileVersion{}
 		return nil
 	case err != nil:
 		return fmt.Errorf("offsets: stat %q: %w", g.id, err)
@@ -820,7 +820,7 @@ func (s *Store) refresh(g *groupState) error {
 func (s *Store) load(g *groupState) error {
 	data, fi, err := s.fs.ReadFile(g.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		g.st, g.fence, g.onDisk, g.fi, g.loaded, g.txns = state{}, Fence{}, false, nil, true, nil
+		g.st, g.fence, g.onDisk, g.fi, g.loaded, g.txns = state{}, Fence{}, false, fileVersion{}, true, nil
 		return nil
 	}
 	if err != nil {
@@ -830,7 +830,7 @@ func (s *Store) load(g *groupState) error {
 	if err != nil {
 		return fmt.Errorf("offsets: decode %q: %w", g.id, err)
 	}
-	g.st, g.fence, g.onDisk, g.fi, g.loaded, g.txns = d.st, d.fence, true, fi, true, d.txns
+	g.st, g.fence, g.onDisk, g.fi, g.loaded, g.txns = d.st, d.fence, true, versionOf(fi), true, d.txns
 	return nil
 }
 
@@ -868,7 +868,7 @@ func (s *Store) writeFile(g *groupState) (renamed bool, err error) {
 			return true, fmt.Errorf("offsets: write %q: sync dir: %w", g.id, err)
 		}
 	}
-	g.fi, g.onDisk = fi, true
+	g.fi, g.onDisk = versionOf(fi), true
 	return true, nil
 }
 
@@ -900,7 +900,7 @@ func (s *Store) removeFile(g *groupState) (removed bool, err error) {
 			return true, fmt.Errorf("offsets: delete %q: sync dir: %w", g.id, err)
 		}
 	}
-	g.fi, g.onDisk = nil, false
+	g.fi, g.onDisk = fileVersion{}, false
 	return true, nil
 }
 
