@@ -83,11 +83,13 @@ func splitKey(k string) (TP, error) {
 // parse, so a damaged file is reported rather than silently shortened on the next
 // write.
 func decodeFile(data []byte) (decoded, error) {
-	var doc fileDoc
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.UseNumber()
-	if err := d.Decode(&doc); err != nil {
-		return decoded{}, err
+	doc, ok := parseCanonical(data)
+	if !ok {
+		d := json.NewDecoder(bytes.NewReader(data))
+		d.UseNumber()
+		if err := d.Decode(&doc); err != nil {
+			return decoded{}, err
+		}
 	}
 	var out decoded
 	if doc.Group != nil {

@@ -75,3 +75,30 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzFastPathAgrees: whenever the fast group-file parser accepts an input,
+// encoding/json reads the same document from it.
+func FuzzFastPathAgrees(f *testing.F) {
+	var st state
+	for p := range 5 {
+		st.put(TP{"t/x", int32(p)}, entry{offset: int64(p), leaderEpoch: -1, expireTs: -1, set: true, metadata: "m\u00e9"})
+	}
+	f.Add(encodeFile(nil, "g", &st, Fence{1, 2}))
+	f.Add([]byte(`{"offsets":{"a/0":-9223372036854775808}}`))
+	f.Add([]byte(`{"offsets":{"a/0":1.5}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fast, ok := parseCanonical(b)
+		if !ok {
+			return
+		}
+		var slow fileDoc
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.UseNumber()
+		if err := d.Decode(&slow); err != nil {
+			t.Fatalf("fast path accepted what encoding/json refuses (%v): %q", err, b)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("fast %+v\nslow %+v\ninput %q", fast, slow, b)
+		}
+	})
+}
