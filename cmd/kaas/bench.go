@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,6 +20,7 @@ func runBench(args []string) error {
 	fs := newFlagSet("bench")
 	var (
 		goals, concurrency, out, dataDir string
+		cpuProfile                       string
 		duration                         time.Duration
 		noTmpfs                          bool
 		common                           commonFlags
@@ -29,6 +31,7 @@ func runBench(args []string) error {
 	fs.StringVar(&out, "out", "docs/bench", "directory for REPORT.md and bench.png (empty: none)")
 	fs.StringVar(&dataDir, "data-dir", "", "a directory on the volume under test (default: the system temp dir)")
 	fs.BoolVar(&noTmpfs, "no-tmpfs", false, "skip the kaas-on-tmpfs target")
+	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	common.register(fs)
 	if err := fs.parse(args); err != nil {
 		return err
@@ -47,6 +50,17 @@ func runBench(args []string) error {
 			return fmt.Errorf("--concurrency: %q is not a count in 1..1024", s)
 		}
 		cfg.Concurrency = append(cfg.Concurrency, n)
+	}
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
