@@ -6,11 +6,15 @@ cd "$(dirname "$0")/.."
 
 log() { printf '== %s\n' "$*"; }
 
-# Debian packages for the real-client tests (kcat, kafka-python, confluent-kafka).
+# Debian packages for the real-client tests (kcat, kafka-python, confluent-kafka,
+# node for kafkajs).
 need=()
 command -v kcat >/dev/null 2>&1 || need+=(kcat)
 /usr/bin/python3 -c 'import kafka' >/dev/null 2>&1 || need+=(python3-kafka)
 /usr/bin/python3 -c 'import confluent_kafka' >/dev/null 2>&1 || need+=(python3-confluent-kafka)
+# node and npm run the kafkajs client (the suite installs kafkajs itself).
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
   if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi

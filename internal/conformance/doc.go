@@ -1,0 +1,20 @@
+// Package conformance is the real-client conformance and chaos suite: it
+// runs 3 kaas brokers as separate OS processes over one temp folder
+// (internal/proctest) and drives consumer groups with every client of
+// ../shared/clients.md — franz-go (eager range, cooperative-sticky, static
+// membership), sarama, segmentio kafka-go, kafka-python,
+// confluent-kafka-python, kcat -G and kafkajs — through membership changes
+// and broker failures: kill -9 of the group's coordinator, a rolling SIGTERM
+// restart, kill -9 of the controller, and a SIGSTOP beyond the liveness
+// timeout.
+//
+// Every scenario checks that every record produced with acks=all is
+// consumed at least once, that committed offsets never go backwards, that
+// the union of ListGroups over every broker lists the group exactly once,
+// that every partition is owned exactly once when the group is stable, and
+// that every client ends by itself when told to stop. It writes a results
+// table (client × scenario, with the failover time) to $KAAS_CONFORMANCE_OUT
+// or a fresh temp dir. See docs/conformance.md.
+//
+// The package has only tests; it imports proctest, never the broker.
+package conformance

@@ -1,0 +1,843 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kaas-dev/kaas/internal/proctest"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+const (
+	topic = "conf"
+	parts = 6
+)
+
+func TestMain(m *testing.M) {
+	code := proctest.Main(m)
+	if err := writeResults(); err != nil {
+		fmt.Fprintln(os.Stderr, "conformance: writing results:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// long reports whether KAAS_CONFORMANCE=long asks for every client ×
+// every scenario.
+func long() bool { return os.Getenv("KAAS_CONFORMANCE") == "long" }
+
+// ---- results ----
+
+type result struct {
+	client, scenario, status string
+	failover                 time.Duration // worst kill → consuming again; 0: not measured
+	took                     time.Duration
+	note                     string
+}
+
+var (
+	resMu   sync.Mutex // guards results, outDir
+	results []result
+	outDir  string
+)
+
+// out is the run's output folder: $KAAS_CONFORMANCE_OUT, else a temp dir
+// made once per run (kept: it holds the table and the logs of failures).
+func out() string {
+	resMu.Lock()
+	defer resMu.Unlock()
+	if outDir == "" {
+		if d := os.Getenv("KAAS_CONFORMANCE_OUT"); d != "" {
+			outDir = d
+		} else {
+			d, err := os.MkdirTemp("", "kaas-conformance-")
+			if err != nil {
+				panic(err)
+			}
+			outDir = d
+		}
+		_ = os.MkdirAll(outDir, 0o755)
+	}
+	return outDir
+}
+
+func record(r result) {
+	resMu.Lock()
+	defer resMu.Unlock()
+	results = append(results, r)
+}
+
+func writeResults() error {
+	resMu.Lock()
+	rs := append([]result(nil), results...)
+	resMu.Unlock()
+	if len(rs) == 0 {
+		return nil
+	}
+	dir := out()
+	sort.SliceStable(rs, func(i, j int) bool {
+		if rs[i].client != rs[j].client {
+			return rs[i].client < rs[j].client
+		}
+		return rs[i].scenario < rs[j].scenario
+	})
+	mode := "quick"
+	if long() {
+		mode = "long"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# kaas conformance results (%s mode, %s)\n\n", mode, time.Now().UTC().Format(time.RFC3339))
+	b.WriteString("| client | scenario | result | failover (kill → consuming again) | took | notes |\n|---|---|---|---|---|---|\n")
+	for _, r := range rs {
+		fo := "–"
+		if r.failover > 0 {
+			fo = r.failover.Round(100 * time.Millisecond).String()
+		}
+		note := strings.ReplaceAll(r.note, "|", "/")
+		note = strings.ReplaceAll(note, "\n", " ")
+		if len(note) > 300 {
+			note = note[:300] + "…"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.client, r.scenario, r.status, fo, r.took.Round(time.Second), note)
+	}
+	path := filepath.Join(dir, "RESULTS.md")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("conformance: results in %s\n%s", path, b.String())
+	return nil
+}
+
+// ---- the ledger of consumed records ----
+
+// consumed is every record any member of the group consumed.
+type consumed struct {
+	mu    sync.Mutex // guards all fields
+	seen  map[int32]map[int64]bool
+	max   map[int32]int64
+	track bool            // min offsets since the last mark are tracked
+	min   map[int32]int64 // lowest offset consumed per partition since mark
+	total int
+}
+
+func newConsumed() *consumed {
+	return &consumed{seen: map[int32]map[int64]bool{}, max: map[int32]int64{}, min: map[int32]int64{}}
+}
+
+func (c *consumed) add(p int32, off int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.seen[p]
+	if m == nil {
+		m = map[int64]bool{}
+		c.seen[p] = m
+	}
+	m[off] = true
+	c.total++
+	if v, ok := c.max[p]; !ok || off > v {
+		c.max[p] = off
+	}
+	if c.track {
+		if v, ok := c.min[p]; !ok || off < v {
+			c.min[p] = off
+		}
+	}
+}
+
+// mark starts tracking the lowest offset consumed per partition.
+func (c *consumed) mark() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.track, c.min = true, map[int32]int64{}
+}
+
+func (c *consumed) mins() map[int32]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[int32]int64{}
+	for p, v := range c.min {
+		out[p] = v
+	}
+	return out
+}
+
+// past reports the partitions on which nothing at or past from[p] has been
+// consumed yet.
+func (c *consumed) behind(from map[int32]int64) []int32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []int32
+	for p := range int32(parts) {
+		v, ok := c.max[p]
+		if !ok || v < from[p] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// missing lists acknowledged records not consumed (at most 10 of them) and
+// how many there are.
+func (c *consumed) missing(acked map[int32]map[int64]string) ([]string, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	n := 0
+	for p, m := range acked {
+		for off := range m {
+			if !c.seen[p][off] {
+				n++
+				if len(out) < 10 {
+					out = append(out, fmt.Sprintf("p%d@%d", p, off))
+				}
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, n
+}
+
+// ---- one scenario run ----
+
+// run is one client driving one scenario on a fresh 3-broker cluster.
+type run struct {
+	t       *testing.T
+	drv     driver
+	c       *proctest.Cluster
+	cl      *kgo.Client
+	adm     *kadm.Client
+	group   string
+	dir     string
+	prod    *proctest.Producer
+	got     *consumed
+	members map[int]member
+	next    int
+	static  int // next static slot name, for static membership
+
+	sampleStop chan struct{}
+	sampleDone chan struct{}
+	smu        sync.Mutex // guards committed, regress
+	committed  map[int32]int64
+	regress    []string
+
+	failover time.Duration
+	notes    []string
+	began    time.Time
+}
+
+var nameRE = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
+
+func newRun(t *testing.T, drv driver, scenario string) *run {
+	dir := filepath.Join(out(), nameRE.ReplaceAllString(drv.name+"-"+scenario, "_"))
+	_ = os.RemoveAll(dir)
+	c := proctest.Start(t, proctest.Options{Brokers: 3, LogDir: filepath.Join(dir, "brokers")})
+	r := &run{t: t, drv: drv, c: c, group: "g-" + nameRE.ReplaceAllString(drv.name, "_"), dir: dir,
+		began: time.Now(), got: newConsumed(), members: map[int]member{}, committed: map[int32]int64{},
+		sampleStop: make(chan struct{}), sampleDone: make(chan struct{})}
+	r.cl = c.Client()
+	r.adm = kadm.NewClient(r.cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := r.adm.CreateTopic(ctx, parts, 1, nil, topic); err != nil {
+		t.Fatalf("create topic: %v", err)
+	}
+	prod, err := proctest.StartProducer(c.Addrs(), topic, parts, 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.prod = prod
+	t.Cleanup(func() { _ = prod.Stop(2 * time.Second) })
+	go r.sample()
+	t.Cleanup(r.stopSampler)
+	t.Cleanup(func() {
+		for _, m := range r.members {
+			m.kill()
+		}
+	})
+	return r
+}
+
+// logf logs with the time since the run started.
+func (r *run) logf(format string, args ...any) {
+	r.t.Helper()
+	r.t.Logf("[%5.1fs] %s", time.Since(r.began).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (r *run) note(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	r.logf("%s", s)
+	r.notes = append(r.notes, s)
+}
+
+func (r *run) ctx(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}
+
+// sample polls the group's committed offsets and records any that went
+// backwards.
+func (r *run) sample() {
+	defer close(r.sampleDone)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.sampleStop:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := r.ctx(3 * time.Second)
+		os, err := r.adm.FetchOffsets(ctx, r.group)
+		cancel()
+		if err != nil {
+			continue
+		}
+		r.smu.Lock()
+		os.Each(func(o kadm.OffsetResponse) {
+			if o.Err != nil || o.Topic != topic || o.At < 0 {
+				return
+			}
+			if prev, ok := r.committed[o.Partition]; ok && o.At < prev {
+				r.regress = append(r.regress, fmt.Sprintf("p%d: %d after %d at %s", o.Partition, o.At, prev, time.Now().Format("15:04:05.000")))
+			}
+			if o.At > r.committed[o.Partition] {
+				r.committed[o.Partition] = o.At
+			}
+		})
+		r.smu.Unlock()
+	}
+}
+
+func (r *run) stopSampler() {
+	select {
+	case <-r.sampleStop:
+	default:
+		close(r.sampleStop)
+	}
+	<-r.sampleDone
+}
+
+// start starts n new members.
+func (r *run) start(n int) {
+	r.t.Helper()
+	for range n {
+		id := r.next
+		r.next++
+		slot := fmt.Sprintf("static-%d", r.static)
+		r.static++
+		m, err := r.drv.start(r, id, slot)
+		if err != nil {
+			r.t.Fatalf("start member %d: %v", id, err)
+		}
+		r.members[id] = m
+	}
+}
+
+// quiesce pauses the producer and waits until every acknowledged record
+// was consumed, for clients that lose a record polled during shutdown; the
+// returned func resumes producing.
+func (r *run) quiesce() func() {
+	r.t.Helper()
+	if !r.drv.quiesce {
+		return func() {}
+	}
+	r.prod.Pause()
+	time.Sleep(300 * time.Millisecond) // let produces in flight be answered
+	err := proctest.WaitFor(20*time.Second, func() error {
+		if miss, n := r.got.missing(r.prod.Ledger.Snapshot()); n > 0 {
+			return fmt.Errorf("%d acknowledged records not consumed yet, e.g. %v", n, miss)
+		}
+		return nil
+	})
+	if err != nil {
+		r.t.Errorf("quiesce before stopping members: %v", err)
+	}
+	return r.prod.Resume
+}
+
+// stopMember asks one member to stop; it must end by itself.
+func (r *run) stopMember(id int) {
+	r.t.Helper()
+	defer r.quiesce()()
+	m := r.members[id]
+	delete(r.members, id)
+	if err := m.stop(45 * time.Second); err != nil {
+		r.t.Errorf("member %d did not end by itself: %v", id, err)
+	}
+}
+
+// stopAll stops every member concurrently.
+func (r *run) stopAll() {
+	r.t.Helper()
+	defer r.quiesce()()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(r.members))
+	for id, m := range r.members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := m.stop(45 * time.Second); err != nil {
+				errs <- fmt.Errorf("member %d did not end by itself: %w", id, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		r.t.Error(err)
+	}
+	r.members = map[int]member{}
+}
+
+// describe returns the group as its coordinator describes it.
+func (r *run) describe() (kadm.DescribedGroup, error) {
+	ctx, cancel := r.ctx(4 * time.Second)
+	defer cancel()
+	gs, err := r.adm.DescribeGroups(ctx, r.group)
+	if err != nil {
+		return kadm.DescribedGroup{}, err
+	}
+	g, ok := gs[r.group]
+	if !ok {
+		return kadm.DescribedGroup{}, errors.New("group not in DescribeGroups answer")
+	}
+	return g, g.Err
+}
+
+// waitStable waits until the group is Stable with n members and every
+// partition of the topic is owned by exactly one of them.
+func (r *run) waitStable(n int, timeout time.Duration) {
+	r.t.Helper()
+	start := time.Now()
+	err := proctest.WaitFor(timeout, func() error {
+		g, err := r.describe()
+		if err != nil {
+			return err
+		}
+		if g.State != "Stable" || len(g.Members) != n {
+			return fmt.Errorf("state %s with %d members, want Stable with %d", g.State, len(g.Members), n)
+		}
+		owners := map[int32][]string{}
+		for _, m := range g.Members {
+			a, ok := m.Assigned.AsConsumer()
+			if !ok {
+				return fmt.Errorf("member %s: assignment is not a consumer assignment", m.MemberID)
+			}
+			for _, tp := range a.Topics {
+				if tp.Topic != topic {
+					continue
+				}
+				for _, p := range tp.Partitions {
+					owners[p] = append(owners[p], m.ClientID+"/"+m.MemberID)
+				}
+			}
+		}
+		for p := range int32(parts) {
+			if len(owners[p]) != 1 {
+				return fmt.Errorf("partition %d owned by %d members %v", p, len(owners[p]), owners[p])
+			}
+		}
+		if len(owners) != parts {
+			return fmt.Errorf("assigned partitions outside the topic: %v", owners)
+		}
+		return nil
+	})
+	if err != nil {
+		r.t.Fatalf("group never stable with %d members: %v", n, err)
+	}
+	r.logf("stable with %d members, every partition owned once (%v)", n, time.Since(start).Round(100*time.Millisecond))
+}
+
+// waitEmpty waits until the group has no members.
+func (r *run) waitEmpty(timeout time.Duration) {
+	r.t.Helper()
+	err := proctest.WaitFor(timeout, func() error {
+		g, err := r.describe()
+		if err != nil {
+			return err
+		}
+		if g.State != "Empty" || len(g.Members) != 0 {
+			return fmt.Errorf("state %s with %d members", g.State, len(g.Members))
+		}
+		return nil
+	})
+	if err != nil {
+		r.t.Fatalf("group never empty: %v", err)
+	}
+}
+
+// waitConsuming waits until every partition has been consumed at or past
+// the acknowledged ends taken at from, and returns how long that took.
+func (r *run) waitConsuming(what string, from map[int32]int64, since time.Time, timeout time.Duration) time.Duration {
+	r.t.Helper()
+	err := proctest.WaitFor(timeout, func() error {
+		if b := r.got.behind(from); len(b) > 0 {
+			return fmt.Errorf("nothing new consumed on partitions %v", b)
+		}
+		return nil
+	})
+	if err != nil {
+		r.t.Fatalf("%s: group not consuming again: %v", what, err)
+	}
+	d := time.Since(since)
+	r.logf("%s: consuming again on every partition after %v", what, d.Round(100*time.Millisecond))
+	return d
+}
+
+// consuming checks that the group consumes new records on every partition.
+func (r *run) consuming(what string) {
+	r.t.Helper()
+	r.waitConsuming(what, r.prod.Ledger.Ends(), time.Now(), 60*time.Second)
+}
+
+// listedOnce checks that the union of ListGroups over every live broker
+// lists the group exactly once.
+func (r *run) listedOnce(timeout time.Duration) {
+	r.t.Helper()
+	cl := r.cl
+	err := proctest.WaitFor(timeout, func() error {
+		n := 0
+		var where []int32
+		for _, b := range r.c.Brokers {
+			if !b.Running() || b.Stopped() {
+				continue
+			}
+			ctx, cancel := r.ctx(3 * time.Second)
+			resp, err := cl.Broker(int(b.ID)).Request(ctx, kmsg.NewPtrListGroupsRequest())
+			cancel()
+			if err != nil {
+				return fmt.Errorf("ListGroups to broker %d: %w", b.ID, err)
+			}
+			lr := resp.(*kmsg.ListGroupsResponse)
+			if lr.ErrorCode != 0 {
+				return fmt.Errorf("ListGroups to broker %d: error %d", b.ID, lr.ErrorCode)
+			}
+			for _, g := range lr.Groups {
+				if g.Group == r.group {
+					n++
+					where = append(where, b.ID)
+				}
+			}
+		}
+		if n != 1 {
+			return fmt.Errorf("group listed %d times (by brokers %v)", n, where)
+		}
+		return nil
+	})
+	if err != nil {
+		r.t.Errorf("ListGroups union: %v", err)
+	}
+}
+
+// committedNow reads the group's committed offsets.
+func (r *run) committedNow() map[int32]int64 {
+	r.t.Helper()
+	ctx, cancel := r.ctx(10 * time.Second)
+	defer cancel()
+	os, err := r.adm.FetchOffsets(ctx, r.group)
+	if err != nil {
+		r.t.Fatalf("fetch offsets: %v", err)
+	}
+	out := map[int32]int64{}
+	os.Each(func(o kadm.OffsetResponse) {
+		if o.Topic == topic && o.Err == nil {
+			out[o.Partition] = o.At
+		}
+	})
+	return out
+}
+
+// finish stops producing, waits until every acknowledged record was
+// consumed, stops the members and runs the end checks.
+func (r *run) finish() {
+	r.t.Helper()
+	if err := r.prod.Stop(45 * time.Second); err != nil {
+		r.t.Errorf("producer: %v", err)
+	}
+	acked := r.prod.Ledger.Snapshot()
+	err := proctest.WaitFor(60*time.Second, func() error {
+		if miss, n := r.got.missing(acked); n > 0 {
+			return fmt.Errorf("%d acknowledged records not consumed, e.g. %v", n, miss)
+		}
+		return nil
+	})
+	if err != nil {
+		r.t.Errorf("at-least-once: %v", err)
+	}
+	a, f := r.prod.Ledger.Count()
+	r.logf("%d acknowledged records (%d failed produces), all consumed: %v", a, f, err == nil)
+	r.listedOnce(20 * time.Second)
+	r.logf("listed once")
+	r.stopAll()
+	r.logf("members stopped")
+	r.stopSampler()
+	r.smu.Lock()
+	if len(r.regress) > 0 {
+		r.t.Errorf("committed offsets went backwards: %v", r.regress)
+	}
+	r.smu.Unlock()
+}
+
+// ---- scenarios ----
+
+type scenario struct {
+	name  string
+	run   func(r *run)
+	quick []string // the clients that run it in quick mode
+}
+
+var scenarios = []scenario{
+	{name: "membership", run: membership, quick: []string{"franz-go-cooperative", "kafka-python", "kcat"}},
+	{name: "coordinator-kill9", run: coordinatorKill, quick: []string{"franz-go-range", "confluent-kafka-python"}},
+	{name: "rolling-sigterm", run: rollingRestart},
+	{name: "controller-kill9", run: controllerKill},
+	{name: "sigstop-coordinator", run: sigstop, quick: []string{"franz-go-static"}},
+}
+
+// TestConformance runs every client × scenario in long mode, the quick
+// subset otherwise.
+func TestConformance(t *testing.T) {
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			for _, drv := range drivers {
+				if !long() && !contains(sc.quick, drv.name) {
+					continue
+				}
+				t.Run(drv.name, func(t *testing.T) {
+					start := time.Now()
+					res := result{client: drv.name, scenario: sc.name}
+					var r *run
+					defer func() {
+						res.took = time.Since(start)
+						switch {
+						case t.Skipped():
+							res.status = "skipped"
+						case t.Failed():
+							res.status = "FAILED"
+						default:
+							res.status = "passed"
+						}
+						if r != nil {
+							res.failover = r.failover
+							res.note = strings.Join(r.notes, "; ")
+						}
+						record(res)
+					}()
+					drv.need(t)
+					r = newRun(t, drv, sc.name)
+					sc.run(r)
+				})
+			}
+		})
+	}
+}
+
+func contains(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// membership: 3 members converge; a 4th joins and one leaves; all stop and
+// restart and resume from the committed offsets.
+func membership(r *run) {
+	t := r.t
+	r.start(3)
+	r.waitStable(3, 60*time.Second)
+	r.consuming("3 members")
+	r.start(1)
+	r.waitStable(4, 60*time.Second)
+	r.consuming("4th member joined")
+	first := -1
+	for id := range r.members {
+		if first < 0 || id < first {
+			first = id
+		}
+	}
+	r.stopMember(first)
+	r.waitStable(3, 60*time.Second)
+	r.consuming("one member left")
+
+	r.stopAll()
+	r.logf("all members stopped")
+	static := r.drv.static
+	if !static {
+		r.waitEmpty(30 * time.Second)
+	}
+	committed := r.committedNow()
+	r.listedOnce(10 * time.Second)
+	r.got.mark()
+	if static {
+		r.static -= 3 // the same instance ids come back
+	}
+	r.start(3)
+	r.waitStable(3, 60*time.Second)
+	err := proctest.WaitFor(30*time.Second, func() error {
+		mins := r.got.mins()
+		if len(mins) < parts {
+			return fmt.Errorf("consumed %d of %d partitions since the restart", len(mins), parts)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("after restart: %v", err)
+	}
+	mins := r.got.mins()
+	for p := range int32(parts) {
+		want, ok := committed[p]
+		if !ok || want < 0 {
+			want = 0
+		}
+		switch {
+		case mins[p] < want:
+			t.Errorf("partition %d: re-read committed records: first offset after restart %d, committed %d", p, mins[p], want)
+		case mins[p] > want:
+			t.Errorf("partition %d: skipped records: first offset after restart %d, committed %d", p, mins[p], want)
+		}
+	}
+	r.note("resumed at the committed offsets %v", committed)
+	r.finish()
+}
+
+// chaos starts 3 members, lets the group settle, runs hit (which returns the
+// worst kill → consuming-again time), then checks the group settles again.
+func chaos(r *run, hit func() time.Duration) {
+	r.start(3)
+	r.waitStable(3, 60*time.Second)
+	r.consuming("before the failure")
+	r.failover = hit()
+	r.waitStable(3, 90*time.Second)
+	r.consuming("after the failure")
+	r.finish()
+}
+
+func (r *run) coordinator() int32 {
+	r.t.Helper()
+	var id int32
+	err := proctest.WaitFor(20*time.Second, func() error {
+		ctx, cancel := r.ctx(3 * time.Second)
+		defer cancel()
+		var err error
+		id, err = r.c.Coordinator(ctx, r.adm, r.group)
+		return err
+	})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return id
+}
+
+func (r *run) controller() int32 {
+	r.t.Helper()
+	var id int32
+	err := proctest.WaitFor(20*time.Second, func() error {
+		ctx, cancel := r.ctx(3 * time.Second)
+		defer cancel()
+		var err error
+		id, err = r.c.Controller(ctx, r.adm)
+		return err
+	})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return id
+}
+
+// killAndRestart kills broker id with -9, measures kill → consuming again,
+// then restarts it.
+func (r *run) killAndRestart(id int32, what string) time.Duration {
+	b := r.c.Broker(id)
+	from := r.prod.Ledger.Ends()
+	at := time.Now()
+	if err := b.Kill(); err != nil {
+		r.t.Fatal(err)
+	}
+	d := r.waitConsuming(what, from, at, 90*time.Second)
+	if err := b.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.note("%s (broker %d): failover %v", what, id, d.Round(100*time.Millisecond))
+	return d
+}
+
+func coordinatorKill(r *run) {
+	chaos(r, func() time.Duration {
+		return r.killAndRestart(r.coordinator(), "coordinator killed -9")
+	})
+}
+
+func controllerKill(r *run) {
+	chaos(r, func() time.Duration {
+		co := r.coordinator()
+		ctl := r.controller()
+		if ctl == co {
+			r.note("controller is also the coordinator")
+		}
+		return r.killAndRestart(ctl, "controller killed -9")
+	})
+}
+
+func rollingRestart(r *run) {
+	chaos(r, func() time.Duration {
+		var worst time.Duration
+		for _, b := range r.c.Brokers {
+			from := r.prod.Ledger.Ends()
+			at := time.Now()
+			if err := b.Terminate(45 * time.Second); err != nil {
+				r.t.Fatalf("SIGTERM: %v", err)
+			}
+			drained := time.Since(at)
+			if err := b.Start(); err != nil {
+				r.t.Fatal(err)
+			}
+			d := r.waitConsuming(fmt.Sprintf("broker %d restarted", b.ID), from, at, 90*time.Second)
+			r.note("broker %d: drain %v, consuming again %v", b.ID, drained.Round(100*time.Millisecond), d.Round(100*time.Millisecond))
+			worst = max(worst, d)
+		}
+		return worst
+	})
+}
+
+// sigstop freezes the coordinator beyond --dead-after, measures the group
+// consuming again without it, then resumes it: it must not keep acting as
+// coordinator (the group listed once) or leader (no acked record lost,
+// offsets never backwards).
+func sigstop(r *run) {
+	chaos(r, func() time.Duration {
+		id := r.coordinator()
+		b := r.c.Broker(id)
+		from := r.prod.Ledger.Ends()
+		at := time.Now()
+		if err := b.Stop(); err != nil {
+			r.t.Fatal(err)
+		}
+		d := r.waitConsuming("coordinator frozen", from, at, 90*time.Second)
+		if wait := r.c.Opts.DeadAfter + 2*time.Second - time.Since(at); wait > 0 {
+			time.Sleep(wait) // the freeze must outlast the liveness timeout
+		}
+		if nc := r.coordinator(); nc == id {
+			r.t.Errorf("frozen broker %d still named coordinator after %v", id, time.Since(at))
+		}
+		if err := b.Cont(); err != nil {
+			r.t.Fatal(err)
+		}
+		r.note("coordinator (broker %d) frozen %v: failover %v", id, time.Since(at).Round(100*time.Millisecond), d.Round(100*time.Millisecond))
+		r.listedOnce(20 * time.Second)
+		return d
+	})
+}
