@@ -20,7 +20,7 @@ import (
 
 func client(t *testing.T, c *Cluster, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.AllAddrs()...)}, opts...)...)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Addrs()...)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

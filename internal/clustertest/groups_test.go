@@ -119,6 +119,15 @@ func TestCoordinatorKilledNewCoordinatorServesCommittedOffsets(t *testing.T) {
 		}
 		return nil
 	})
+	// A fresh client: one that cached the dead coordinator keeps dialing it
+	// for a while (client behaviour, not the broker's).
+	after, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer after.Close()
+	adm = kadm.NewClient(after)
+	cl = after
 	for g, base := range want {
 		offs, err := adm.FetchOffsets(ctx, g)
 		if err != nil {
