@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"log/slog"
 	"net"
-	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,28 +12,6 @@ import (
 
 	"github.com/kaas-dev/kaas/internal/wire"
 )
-
-var (
-	fuzzOnce   sync.Once
-	fuzzBroker *Broker
-)
-
-// fuzzTarget is one broker shared by every input of a fuzz process.
-func fuzzTarget(tb testing.TB) *Broker {
-	fuzzOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "kaas-fuzz-")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		b, err := New(Config{ID: 0, DataDir: dir, Listen: "127.0.0.1:0", AutoCreateTopics: true,
-			Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			tb.Fatal(err)
-		}
-		fuzzBroker = b
-	})
-	return fuzzBroker
-}
 
 func seedFrame(req kmsg.Request) []byte {
 	b := binary.BigEndian.AppendUint16(nil, uint16(req.Key()))
@@ -53,6 +29,17 @@ func seedFrame(req kmsg.Request) []byte {
 // no input panics the broker or leaves a request unanswered, and every
 // response encodes.
 func FuzzDispatch(f *testing.F) {
+	// One broker for every input of this fuzz process.
+	b, err := New(Config{ID: 0, DataDir: f.TempDir(), Listen: "127.0.0.1:0", AutoCreateTopics: true,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		b.Close(ctx)
+	})
 	topic := "fz"
 	meta := kmsg.NewPtrMetadataRequest()
 	meta.SetVersion(12)
@@ -86,7 +73,6 @@ func FuzzDispatch(f *testing.F) {
 		if len(frame) < 8 {
 			return
 		}
-		b := fuzzTarget(t)
 		req, err := wire.Decode(frame)
 		if err != nil {
 			return
