@@ -305,6 +305,9 @@ func (b *Broker) housekeeping() {
 		case <-retention.C:
 			b.enforceRetention()
 			b.coord.ExpireOffsets(b.ctx)
+			if n := b.coord.EvictIdle(idleGroupEviction); n > 0 {
+				b.log.Debug("idle groups evicted from memory", "groups", n)
+			}
 		}
 	}
 }
@@ -383,6 +386,10 @@ func (b *Broker) close(ctx context.Context) error {
 	}
 	return err
 }
+
+// idleGroupEviction is how long a group without members or commits stays in
+// memory (its files stay on the volume).
+const idleGroupEviction = 10 * time.Minute
 
 // partition is an open log this broker leads.
 type partition struct {

@@ -401,3 +401,41 @@ func TestFindCoordinatorWithNoAliveBrokerIsNotAvailable(t *testing.T) {
 		t.Fatalf("transactional id: %v", err)
 	}
 }
+
+func TestEvictIdleKeepsMemoryToGroupsInUse(t *testing.T) {
+	dir := t.TempDir()
+	st, err := offsets.Open(offsets.Options{Dir: filepath.Join(dir, "off")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Unix(1000, 0)
+	gc := group.DefaultConfig()
+	gc.InitialRebalanceDelay = 0
+	c := New(Config{Me: "kaas-0", Store: st, Group: gc, Now: func() time.Time { return now }})
+	c.Apply(nil, assignment(1, 1, nil, nil))
+	for i := range 20 {
+		if err := commit(t, c, fmt.Sprintf("idle-%d", i), map[int32]int64{0: int64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One group with a member stays.
+	if _, err := c.Join("busy", group.JoinInput{Version: 3, ProtocolType: "consumer",
+		Protocols: []group.Protocol{{Name: "range"}}, SessionTimeout: 30 * time.Second, RebalanceTimeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.EvictIdle(time.Minute); n != 0 {
+		t.Fatalf("evicted %d groups that committed just now", n)
+	}
+	now = now.Add(2 * time.Minute)
+	if n := c.EvictIdle(time.Minute); n != 20 {
+		t.Fatalf("evicted %d of 20 idle groups", n)
+	}
+	if r := c.Resident(); len(r) != 1 || r[0] != "busy" {
+		t.Fatalf("resident after eviction: %v", r)
+	}
+	// The offsets are still there, loaded again on the next request.
+	if got := fetchAll(t, c, "idle-7"); got[0] != 7 {
+		t.Fatalf("evicted group's offsets: %v", got)
+	}
+}

@@ -566,3 +566,28 @@ func (c *Coordinator) EndTxnOffsets(ctx context.Context, groupID string, pid int
 	}
 	return nil
 }
+
+// EvictIdle forgets groups that have had no members and no commits for
+// longer than idle: their shells and their offsets held in memory. Their
+// files stay; the next request loads them again. This keeps memory bounded
+// by the groups in use, not by every group ever touched.
+func (c *Coordinator) EvictIdle(idle time.Duration) int {
+	now := c.cfg.Now()
+	c.mu.Lock()
+	var gone []*shell
+	for id, s := range c.groups {
+		s.mu.Lock()
+		quiet := (s.member == nil || s.member.empty()) && now.Sub(s.lastCommit) > idle
+		if quiet {
+			s.unload()
+			delete(c.groups, id)
+			gone = append(gone, s)
+		}
+		s.mu.Unlock()
+	}
+	c.mu.Unlock()
+	for _, s := range gone {
+		c.store.Evict(s.id)
+	}
+	return len(gone)
+}
