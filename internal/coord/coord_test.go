@@ -409,10 +409,14 @@ func TestEvictIdleKeepsMemoryToGroupsInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	now := time.Unix(1000, 0)
+	// A clock that starts at the real time: the group's timers are real
+	// timers armed for the clock's deadlines.
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	gc := group.DefaultConfig()
 	gc.InitialRebalanceDelay = 0
-	c := New(Config{Me: "kaas-0", Store: st, Group: gc, Now: func() time.Time { return now }})
+	c := New(Config{Me: "kaas-0", Store: st, Group: gc, Now: clock})
 	c.Apply(nil, assignment(1, 1, nil, nil))
 	for i := range 20 {
 		if err := commit(t, c, fmt.Sprintf("idle-%d", i), map[int32]int64{0: int64(i)}); err != nil {
@@ -427,7 +431,9 @@ func TestEvictIdleKeepsMemoryToGroupsInUse(t *testing.T) {
 	if n := c.EvictIdle(time.Minute); n != 0 {
 		t.Fatalf("evicted %d groups that committed just now", n)
 	}
+	mu.Lock()
 	now = now.Add(2 * time.Minute)
+	mu.Unlock()
 	if n := c.EvictIdle(time.Minute); n != 20 {
 		t.Fatalf("evicted %d of 20 idle groups", n)
 	}
