@@ -14,11 +14,25 @@ import (
 
 	"github.com/kaas-dev/kaas/internal/coord"
 	"github.com/kaas-dev/kaas/internal/offsets"
+	"github.com/kaas-dev/kaas/internal/topics"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
 
 // maxOffsetMetadata is Kafka's offset.metadata.max.bytes default.
 const maxOffsetMetadata = 4096
+
+// checkCommitPartition applies the per-partition rules shared by
+// OffsetCommit and TxnOffsetCommit: metadata size, and a partition that
+// exists. t is the topic from the registry, nil when unknown.
+func checkCommitPartition(t *topics.Topic, partition int32, metadata *string) *kerr.Error {
+	switch {
+	case metadata != nil && len(*metadata) > maxOffsetMetadata:
+		return kerr.OffsetMetadataTooLarge
+	case t == nil || partition < 0 || partition >= t.Partitions:
+		return kerr.UnknownTopicOrPartition
+	}
+	return nil
+}
 
 func (b *Broker) handleOffsetCommit(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.OffsetCommitRequest)
@@ -30,16 +44,13 @@ func (b *Broker) handleOffsetCommit(ctx context.Context, c *conn, req wire.Reque
 	for ti, rt := range r.Topics {
 		st := kmsg.NewOffsetCommitResponseTopic()
 		st.Topic = rt.Topic
-		t, known := b.topics.Get(rt.Topic)
+		t, _ := b.topics.Get(rt.Topic)
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewOffsetCommitResponseTopicPartition()
 			sp.Partition = rp.Partition
-			switch {
-			case rp.Metadata != nil && len(*rp.Metadata) > maxOffsetMetadata:
-				sp.ErrorCode = kerr.OffsetMetadataTooLarge.Code
-			case !known || rp.Partition < 0 || rp.Partition >= t.Partitions:
-				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-			default:
+			if e := checkCommitPartition(t, rp.Partition, rp.Metadata); e != nil {
+				sp.ErrorCode = e.Code
+			} else {
 				o := offsets.Offset{Offset: rp.Offset, LeaderEpoch: -1, CommitTimestamp: nowMs, ExpireTimestamp: -1}
 				if r.Version >= 6 {
 					o.LeaderEpoch = rp.LeaderEpoch

@@ -24,17 +24,16 @@ func (b *Broker) handleTxnOffsetCommit(ctx context.Context, c *conn, req wire.Re
 	for ti, rt := range r.Topics {
 		st := kmsg.NewTxnOffsetCommitResponseTopic()
 		st.Topic = rt.Topic
-		t, known := b.topics.Get(rt.Topic)
+		t, _ := b.topics.Get(rt.Topic)
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
 			sp.Partition = rp.Partition
+			e := checkCommitPartition(t, rp.Partition, rp.Metadata)
 			switch {
 			case r.Group == "":
 				sp.ErrorCode = kerr.InvalidGroupID.Code
-			case rp.Metadata != nil && len(*rp.Metadata) > maxOffsetMetadata:
-				sp.ErrorCode = kerr.OffsetMetadataTooLarge.Code
-			case !known || rp.Partition < 0 || rp.Partition >= t.Partitions:
-				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			case e != nil:
+				sp.ErrorCode = e.Code
 			default:
 				o := offsets.Offset{Offset: rp.Offset, LeaderEpoch: -1, ExpireTimestamp: -1}
 				if r.Version >= 2 {
