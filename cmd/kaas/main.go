@@ -99,6 +99,7 @@ type commonFlags struct {
 	maxSession          time.Duration
 	maxGroupSize        int
 	offsetsRetention    time.Duration
+	offsetsCheck        time.Duration
 	deadAfter           time.Duration
 	election            electionFlags // elector.go
 }
@@ -115,6 +116,7 @@ func (c *commonFlags) register(fs flagSet) {
 	fs.DurationVar(&c.maxSession, "group-max-session-timeout", 30*time.Minute, "largest session timeout a member may ask for")
 	fs.IntVar(&c.maxGroupSize, "group-max-size", 0, "most members in one group (0: unlimited)")
 	fs.DurationVar(&c.offsetsRetention, "offsets-retention", 7*24*time.Hour, "committed offsets expire this long after their group became empty (KIP-211)")
+	fs.DurationVar(&c.offsetsCheck, "offsets-retention-check-interval", 10*time.Minute, "how often committed offsets are checked for expiry (offsets.retention.check.interval.ms)")
 	fs.DurationVar(&c.deadAfter, "dead-after", 3*time.Second, "a broker whose reports stop for this long is dead")
 	c.election.register(fs)
 }
@@ -141,6 +143,8 @@ func (c *commonFlags) config(id int32, dataDir, listen, advertise string, log *s
 		DefaultPartitions: int32(c.defaultPartitions),
 		MaxFrame:          int32(c.maxFrame),
 		Logger:            log,
+
+		OffsetsRetentionCheck: c.offsetsCheck,
 	}
 }
 

@@ -8,11 +8,13 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"sort"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kaas-dev/kaas/internal/coord"
 	"github.com/kaas-dev/kaas/internal/offsets"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
@@ -41,7 +43,7 @@ func (b *Broker) fetchGroupOffsets(group string, topics []kmsg.OffsetFetchReques
 	got, err := b.coord.Fetch(group, tps)
 	if err != nil {
 		e := coordError(err)
-		if e == kerr.CoordinatorNotAvailable || e == kerr.UnknownServerError {
+		if errors.Is(err, coord.ErrCoordinatorLoadError) || e == kerr.UnknownServerError {
 			b.log.Error("offset fetch failed", "group", group, "err", err)
 		}
 		return nil, e
@@ -59,7 +61,10 @@ func (b *Broker) fetchGroupOffsets(group string, topics []kmsg.OffsetFetchReques
 	}
 	var unstable map[offsets.TP]bool
 	if requireStable {
-		unstable = b.coord.PendingTxnOffsets(group)
+		var err error
+		if unstable, err = b.coord.PendingTxnOffsets(group); err != nil {
+			return nil, coordError(err)
+		}
 	}
 	rows := make([]fetchedPartition, 0, len(tps))
 	for _, tp := range tps {

@@ -46,8 +46,11 @@ type Config struct {
 	DefaultRetentionBytes  int64         // default -1
 	DefaultMaxMessageBytes int32         // default 1048588
 	DefaultSegmentBytes    int64         // default 128 MiB
-	RetentionCheck         time.Duration // how often retention runs; default 1 min
+	RetentionCheck         time.Duration // how often log retention runs; default 1 min
 	MaxInFlight            int           // pipelined requests per connection; default 64
+	// OffsetsRetentionCheck is how often committed offsets are checked for
+	// expiry (Kafka's offsets.retention.check.interval.ms); default 10 min.
+	OffsetsRetentionCheck time.Duration
 
 	Logger *slog.Logger
 	// TopicsChanged is called after this broker created or deleted a topic
@@ -87,6 +90,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RetentionCheck <= 0 {
 		c.RetentionCheck = time.Minute
+	}
+	if c.OffsetsRetentionCheck <= 0 {
+		c.OffsetsRetentionCheck = 10 * time.Minute
 	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = 64
@@ -217,10 +223,9 @@ func New(cfg Config) (*Broker, error) {
 			Self: coord.Broker{ID: fmt.Sprintf("kaas-%d", cfg.ID), NodeID: cfg.ID, Host: self.Host, Port: self.Port}})
 		b.ownCoord = store
 	}
-	own := b.coord.Ownership()
 	b.txn, err = txn.New(txn.Config{
 		Me: fmt.Sprintf("kaas-%d", cfg.ID), Dir: filepath.Join(cfg.DataDir, "__cluster", "transactions"),
-		Logger: log, Owns: own.OwnsTxn, Fence: func() offsets.Fence { return own.Source().Fence() },
+		Logger: log, Grant: b.coord.GrantTxn,
 		NewProducerID: b.pids.next, Markers: b, Now: cfg.Now,
 	})
 	if err != nil {
@@ -285,6 +290,8 @@ func (b *Broker) housekeeping() {
 	defer b.wg.Done()
 	retention := time.NewTicker(b.cfg.RetentionCheck)
 	defer retention.Stop()
+	offsetsRetention := time.NewTicker(b.cfg.OffsetsRetentionCheck)
+	defer offsetsRetention.Stop()
 	refresh := time.NewTicker(time.Second)
 	defer refresh.Stop()
 	for {
@@ -302,9 +309,10 @@ func (b *Broker) housekeeping() {
 				}
 			}
 			b.dropStalePartitions()
+		case <-offsetsRetention.C:
+			b.coord.ExpireOffsets(b.ctx)
 		case <-retention.C:
 			b.enforceRetention()
-			b.coord.ExpireOffsets(b.ctx)
 			if n := b.coord.EvictIdle(idleGroupEviction); n > 0 {
 				b.log.Debug("idle groups evicted from memory", "groups", n)
 			}

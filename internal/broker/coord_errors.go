@@ -20,6 +20,8 @@ func coordError(err error) *kerr.Error {
 		return kerr.NotCoordinator
 	case errors.Is(err, coord.ErrNotAvailable):
 		return kerr.CoordinatorNotAvailable
+	case errors.Is(err, coord.ErrLoadInProgress):
+		return kerr.CoordinatorLoadInProgress
 	case errors.Is(err, coord.ErrInvalidGroupID):
 		return kerr.InvalidGroupID
 	case errors.Is(err, coord.ErrGroupNotFound):

@@ -47,8 +47,11 @@ type Inputs struct {
 //     epoch is the previous epoch + 1. Rows of deleted topics are dropped.
 //   - Groups: an entry is minted for a group that an alive broker reports
 //     active when route.Coordinator over the rows being written already
-//     picks that broker (so minting never moves a group); entries are kept
-//     while their broker is alive and retired when it is not.
+//     picks that broker (so minting never moves a group); an entry is kept
+//     while its broker is alive and reports the group active (members, or a
+//     commit in the last five minutes), and retired otherwise: when the
+//     broker is no longer alive, when the group was deleted, or when it went
+//     quiet. assignment.json thus stays proportional to the active groups.
 func Compute(in Inputs) *Assignment {
 	prev := in.Prev
 	if prev == nil {
@@ -156,8 +159,16 @@ func Compute(in Inputs) *Assignment {
 		ids = append(ids, id)
 	}
 	placed := map[string]bool{}
+	active := map[string]map[string]bool{} // broker -> groups it reports active
+	for _, id := range aliveIDs {
+		m := map[string]bool{}
+		for _, g := range in.Brokers[id].Report.Groups {
+			m[g] = true
+		}
+		active[id] = m
+	}
 	for _, g := range prev.ConsumerGroups {
-		if alive(g.Broker) && !placed[g.GroupID] {
+		if alive(g.Broker) && active[g.Broker][g.GroupID] && !placed[g.GroupID] {
 			next.ConsumerGroups = append(next.ConsumerGroups, g)
 			placed[g.GroupID] = true
 		}

@@ -170,16 +170,44 @@ func TestComputeGroupEntriesMintedWhereTheHashAlreadyRoutes(t *testing.T) {
 	if len(a.ConsumerGroups) != 1 || a.ConsumerGroups[0] != (GroupRow{GroupID: mine, Broker: "kaas-1", Epoch: 4}) {
 		t.Fatalf("entries %+v, want only %s on kaas-1", a.ConsumerGroups, mine)
 	}
-	// The group goes quiet: the entry stays while kaas-1 is alive.
-	b := Compute(Inputs{Prev: a, Epoch: 4, Me: "kaas-0", Now: t0, Brokers: threeAlive()})
+	// The group stays active: the entry stays while kaas-1 is alive.
+	b := Compute(Inputs{Prev: a, Epoch: 4, Me: "kaas-0", Now: t0, Brokers: br})
 	if b != nil && len(b.ConsumerGroups) != 1 {
 		t.Fatalf("entry retired while its broker lives: %+v", b.ConsumerGroups)
 	}
 	// kaas-1 dies: the entry is retired.
 	down := threeAlive()
-	down["kaas-1"] = obs(Dead)
+	down["kaas-1"] = obs(Dead, mine)
 	c := Compute(Inputs{Prev: a, Epoch: 4, Me: "kaas-0", Now: t0, Brokers: down})
 	if len(c.ConsumerGroups) != 0 {
 		t.Fatalf("entry kept for a dead broker: %+v", c.ConsumerGroups)
+	}
+}
+
+func TestAssignmentKeepsNoEntryForDeletedOrQuietGroups(t *testing.T) {
+	ids := []string{"kaas-0", "kaas-1", "kaas-2"}
+	var groups []string
+	for i := 0; len(groups) < 300; i++ {
+		if g := fmt.Sprintf("short-lived-%d", i); route.Preferred(g, ids) == "kaas-1" {
+			groups = append(groups, g)
+		}
+	}
+	// Many short-lived groups, each active for a while and then deleted
+	// (or quiet: no members, no commits for five minutes), so no longer
+	// reported by their broker.
+	var a *Assignment
+	for i := 0; i < len(groups); i += 10 {
+		br := threeAlive()
+		br["kaas-1"] = obs(Alive, groups[i:i+10]...)
+		if next := Compute(Inputs{Prev: a, Epoch: 1, Me: "kaas-0", Now: t0, Brokers: br}); next != nil {
+			a = next
+		}
+		if len(a.ConsumerGroups) != 10 {
+			t.Fatalf("after round %d: %d explicit entries for 10 active groups", i/10, len(a.ConsumerGroups))
+		}
+	}
+	b := Compute(Inputs{Prev: a, Epoch: 1, Me: "kaas-0", Now: t0, Brokers: threeAlive()})
+	if b == nil || len(b.ConsumerGroups) != 0 {
+		t.Fatalf("entries kept for groups no broker reports active: %+v", b)
 	}
 }

@@ -38,6 +38,12 @@ type Report struct {
 	// Groups this broker coordinates and that have members or offsets in
 	// use: the input of the controller's group balancing.
 	Groups []string `json:"groups,omitempty"`
+	// The assignment this broker acts on (controllerEpoch and
+	// assignmentVersion of the newest it applied): a broker gaining a group
+	// serves it once every other broker that may act on an older assignment
+	// has applied the move (see docs/cluster.md, "Hand-off").
+	AppliedEpoch   int64 `json:"appliedEpoch,omitempty"`
+	AppliedVersion int64 `json:"appliedVersion,omitempty"`
 }
 
 func reportsDir(dataDir string) string { return filepath.Join(dataDir, "__cluster", "brokers") }

@@ -81,6 +81,12 @@ type Runtime struct {
 	readyOn sync.Once
 	leader  atomic.Bool
 	known   atomic.Int64 // highest controller epoch known
+	// fresh is the start of the newest step whose liveness report
+	// succeeded and after which an assignment poll completed; applied is
+	// what each broker's report says it acts on. Written by the loop,
+	// read by request goroutines (Fresh, Settled).
+	fresh   atomic.Pointer[time.Time]
+	applied atomic.Pointer[map[string]appliedStamp]
 
 	// Owned by the loop goroutine.
 	watch       *watcher
@@ -88,6 +94,7 @@ type Runtime struct {
 	seq         int64
 	state       atomic.Value // string: running, draining, stopped
 	lastReport  time.Time
+	reportedAt  time.Time // the step start of the last successful report
 	lastStat    fs.FileInfo
 	lastElect   time.Time
 	election    Election
@@ -269,6 +276,7 @@ func (r *Runtime) step(ctx context.Context, now time.Time) {
 		r.log.Warn("reading liveness reports failed", "err", err)
 	} else {
 		r.watch.observe(now, reports)
+		r.publishApplied()
 	}
 	if now.Sub(r.lastElect) >= r.cfg.PollInterval*2 || r.leader.Load() {
 		el, err := r.cfg.Elector.Tick(ctx, now)
@@ -280,10 +288,74 @@ func (r *Runtime) step(ctx context.Context, now time.Time) {
 		r.known.Store(el.Epoch)
 		r.leader.Store(el.Leader)
 	}
-	r.poll()
+	if r.poll() {
+		// Say at once that this broker acts on the new assignment: the
+		// brokers gaining groups wait for it (Settled).
+		if err := r.report(now); err != nil {
+			r.log.Warn("liveness report failed", "err", err)
+		}
+	}
+	if !r.reportedAt.IsZero() {
+		at := r.reportedAt
+		r.fresh.Store(&at)
+	}
 	if r.leader.Load() {
 		r.control(now)
 	}
+}
+
+// appliedStamp is the assignment a broker reports acting on.
+type appliedStamp struct{ epoch, version int64 }
+
+// publishApplied makes the reported applied assignments readable by
+// Settled. Runs on the loop goroutine.
+func (r *Runtime) publishApplied() {
+	m := make(map[string]appliedStamp, len(r.watch.last))
+	for id, rep := range r.watch.last {
+		m[id] = appliedStamp{rep.AppliedEpoch, rep.AppliedVersion}
+	}
+	r.applied.Store(&m)
+}
+
+// Fresh reports whether this broker's view of the cluster is recent enough
+// to act on: a liveness report succeeded, and an assignment poll completed
+// after it, less than DeadAfter - PollInterval ago on this broker's
+// monotonic clock. The controller declares a broker dead only after its
+// report has not changed for DeadAfter on the controller's clock, and only
+// then can another broker take its groups; so a broker that writes only
+// while Fresh never writes after a takeover it has not seen. A frozen
+// (SIGSTOP) or cut-off broker is not Fresh.
+func (r *Runtime) Fresh() bool {
+	at := r.fresh.Load()
+	return at != nil && time.Since(*at) < r.cfg.DeadAfter-r.cfg.PollInterval
+}
+
+// Settled reports whether every broker that may still act on an assignment
+// older than a has applied a or a newer one: every row of the newest
+// assignment that is not dead, other than this broker, reports an applied
+// assignment no older than a.
+func (r *Runtime) Settled(a *Assignment) bool {
+	cur := r.current.Load()
+	if cur == nil {
+		return false
+	}
+	mp := r.applied.Load()
+	if mp == nil {
+		return false
+	}
+	for _, row := range cur.Brokers {
+		if row.Health == Dead || row.ID == r.cfg.ID {
+			continue
+		}
+		st, ok := (*mp)[row.ID]
+		if !ok {
+			return false
+		}
+		if st.epoch < a.ControllerEpoch || (st.epoch == a.ControllerEpoch && st.version < a.AssignmentVersion) {
+			return false
+		}
+	}
+	return true
 }
 
 func (r *Runtime) lastState() any {
@@ -301,29 +373,33 @@ func (r *Runtime) report(now time.Time) error {
 		State: r.state.Load().(string), Incarnation: r.incarnation, Seq: r.seq, At: now.UTC(),
 		Groups: r.cfg.ActiveGroups(),
 	}
+	if a := r.current.Load(); a != nil {
+		rep.AppliedEpoch, rep.AppliedVersion = a.ControllerEpoch, a.AssignmentVersion
+	}
 	if err := writeReport(r.cfg.DataDir, rep); err != nil {
 		return err
 	}
-	r.lastReport = now
+	r.lastReport, r.reportedAt = now, now
 	return nil
 }
 
-// poll reads assignment.json when it changed and applies it.
-func (r *Runtime) poll() {
+// poll reads assignment.json when it changed and applies it; it reports
+// whether a new assignment was applied.
+func (r *Runtime) poll() bool {
 	st, err := os.Stat(r.path)
 	if err != nil {
-		return // missing: keep what we have
+		return false // missing: keep what we have
 	}
 	if r.lastStat != nil && os.SameFile(st, r.lastStat) && st.ModTime().Equal(r.lastStat.ModTime()) && st.Size() == r.lastStat.Size() {
-		return
+		return false
 	}
 	a, err := ReadAssignment(r.path)
 	if err != nil {
 		r.log.Warn("assignment.json unreadable; keeping the current one", "err", err)
-		return
+		return false
 	}
 	r.lastStat = st
-	r.apply(a)
+	return r.apply(a)
 }
 
 // apply installs a if it is newer than the current assignment and not from
@@ -419,7 +495,11 @@ func (r *Runtime) control(now time.Time) {
 		return
 	}
 	r.lastStat, _ = os.Stat(r.path)
-	r.apply(next)
+	if r.apply(next) {
+		if err := r.report(now); err != nil {
+			r.log.Warn("liveness report failed", "err", err)
+		}
+	}
 	for id := range r.removed {
 		if _, ok := next.Row(id); !ok {
 			_ = os.Remove(filepath.Join(removalsDir(r.cfg.DataDir), id))

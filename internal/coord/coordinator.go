@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kaas-dev/kaas/internal/cluster"
@@ -25,6 +25,10 @@ var (
 	ErrIllegalGeneration    = errors.New("coord: illegal generation")
 	ErrSubscribedToTopic    = errors.New("coord: group subscribed to topic")
 	ErrCoordinatorLoadError = errors.New("coord: offsets unavailable")
+	// ErrLoadInProgress: the group moved here and a broker that may still
+	// act on an earlier assignment has not yet applied the move
+	// (COORDINATOR_LOAD_IN_PROGRESS: the client retries here).
+	ErrLoadInProgress = errors.New("coord: group moving here, previous owner not yet released")
 )
 
 // CodeError carries a Kafka error code decided by the group state machine.
@@ -45,6 +49,23 @@ type Config struct {
 	Standalone bool
 	// Group configures every group's state machine.
 	Group group.Config
+	// Fresh reports whether this broker's view of the assignment is recent
+	// enough to act on: its liveness report and an assignment poll after it
+	// succeeded within the bound that keeps the controller from having
+	// declared it dead (cluster.Runtime.Fresh). A broker that is not fresh
+	// (frozen, cut off from the volume) answers NOT_COORDINATOR and writes
+	// nothing. nil: always fresh.
+	Fresh func() bool
+	// Settled reports whether every broker that may still act on an
+	// assignment older than a (every row of the newest assignment that is
+	// not dead) has applied a or a newer one (cluster.Runtime.Settled). A
+	// group that moved here is served only once every assignment that
+	// routes it elsewhere is settled. nil: always settled.
+	Settled func(a *cluster.Assignment) bool
+	// SettleTimeout bounds the wait for Settled: an assignment applied
+	// this long ago counts as settled (a broker that reports but does not
+	// apply assignments for that long is no longer Fresh). 0: no bound.
+	SettleTimeout time.Duration
 }
 
 // Coordinator holds the groups this broker coordinates.
@@ -54,9 +75,21 @@ type Coordinator struct {
 	own   *Ownership
 	store *offsets.Store
 
-	mu     sync.Mutex // guards groups and table; taken before any shell.mu
+	mu     sync.Mutex // guards groups, table and recent; taken before any shell.mu
 	groups map[string]*shell
 	table  *Table // the assignment in force, nil before the first
+	// recent holds the assignments some broker may still act on, oldest
+	// first, the newest last (== table): trimmed from the front as they
+	// settle. Before the first applied assignment is settled it starts with
+	// an unknown one (a Table with no assignment): what other brokers act on
+	// when this one starts is not known, so it serves no group until they
+	// have applied what it applied. unsettled mirrors len(recent) > 1.
+	recent    []*Table
+	unsettled atomic.Bool
+
+	// beforeWrite, in tests, runs after a request's ownership check and
+	// before its write or read reaches the store.
+	beforeWrite func(op, group string)
 }
 
 // shell is one resident group. Lock order: Coordinator.mu, then shell.mu.
@@ -68,6 +101,10 @@ type shell struct {
 	emptySince time.Time
 	gone       bool // unloaded: a caller holding this shell must look again
 	member     *membership
+	info       offsets.Retention // the retention data last queued for the file
+	infoSet    bool
+	infoGen    int32 // the generation and emptiness info was last computed at
+	infoEmpty  bool
 }
 
 // New returns a Coordinator with the permissive bootstrap source.
@@ -119,30 +156,128 @@ func (c *Coordinator) FindTxn(id string) (Broker, error) {
 	return b, nil
 }
 
-// check validates a group id and ownership.
+// check validates a group id and ownership against the source in force.
 func (c *Coordinator) check(group string) error {
 	if group == "" {
 		return ErrInvalidGroupID
 	}
-	if !c.Serving() {
-		return ErrNotAvailable
-	}
-	if !c.own.OwnsGroup(group) {
-		return ErrNotCoordinator
-	}
-	return nil
+	_, err := c.grant(group)
+	return err
 }
 
-// shellFor returns the resident shell of an owned group, creating it.
-func (c *Coordinator) shellFor(group string) *shell {
+// grant is the one ownership decision of a request: from one snapshot of
+// the source in force, whether this broker coordinates group and the stamp
+// its writes carry. It also refuses while this broker's view is stale and
+// while the group is still being released by a previous owner.
+func (c *Coordinator) grant(group string) (offsets.Fence, error) {
+	src := c.own.Source()
+	if !src.Serving() {
+		return offsets.Fence{}, ErrNotAvailable
+	}
+	b, ok := src.Group(group)
+	if !ok || b.ID != c.cfg.Me {
+		return offsets.Fence{}, ErrNotCoordinator
+	}
+	if c.cfg.Fresh != nil && !c.cfg.Fresh() {
+		return offsets.Fence{}, ErrNotCoordinator
+	}
+	if t, ok := src.(*Table); ok && !c.released(group, t, (*Table).Group) {
+		return offsets.Fence{}, ErrLoadInProgress
+	}
+	return src.Fence(), nil
+}
+
+// GrantTxn is the ownership decision for a transactional id (the hash tier
+// only), with the stamp its writes carry, from one snapshot of the source
+// in force; refused while this broker's view is stale and while the id is
+// still being released by a previous coordinator.
+func (c *Coordinator) GrantTxn(id string) (offsets.Fence, bool) {
+	src := c.own.Source()
+	if !src.Serving() {
+		return offsets.Fence{}, false
+	}
+	if b, ok := src.Txn(id); !ok || b.ID != c.cfg.Me {
+		return offsets.Fence{}, false
+	}
+	if c.cfg.Fresh != nil && !c.cfg.Fresh() {
+		return offsets.Fence{}, false
+	}
+	if t, ok := src.(*Table); ok && !c.released(id, t, (*Table).Txn) {
+		return offsets.Fence{}, false
+	}
+	return src.Fence(), true
+}
+
+// owner is group's Owner for the store: grant, evaluated under the group's
+// lock at the moment of each read and write.
+func (c *Coordinator) owner(group string) offsets.Owner {
+	return offsets.OwnerFunc(func() (offsets.Fence, error) { return c.grant(group) })
+}
+
+// released reports whether no broker may still act on an assignment that
+// routes key elsewhere: every assignment not yet settled, up to t, routes it
+// here (by route: groups or transactional ids).
+func (c *Coordinator) released(key string, t *Table, route func(*Table, string) (Broker, bool)) bool {
+	if !c.unsettled.Load() {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.settle()
+	for _, r := range c.recent {
+		if r.a == nil {
+			return false // what other brokers act on is not known yet
+		}
+		if r.a.Newer(t.a) {
+			break
+		}
+		if b, ok := route(r, key); !ok || b.ID != c.cfg.Me {
+			return false
+		}
+	}
+	return true
+}
+
+// settle drops from recent the assignments no broker acts on any more: all
+// before the newest settled one. Called with c.mu held.
+func (c *Coordinator) settle() {
+	defer func() { c.unsettled.Store(len(c.recent) > 1) }()
+	if len(c.recent) <= 1 {
+		return
+	}
+	now := c.cfg.Now()
+	for i := len(c.recent) - 1; i > 0; i-- {
+		t := c.recent[i]
+		if c.cfg.Settled == nil || c.cfg.Settled(t.a) || (c.cfg.SettleTimeout > 0 && now.Sub(t.applied) >= c.cfg.SettleTimeout) {
+			c.recent = append([]*Table(nil), c.recent[i:]...)
+			return
+		}
+	}
+}
+
+// hook runs the test hook between a request's check and its store call.
+func (c *Coordinator) hook(op, group string) {
+	if c.beforeWrite != nil {
+		c.beforeWrite(op, group)
+	}
+}
+
+// shellFor returns the resident shell of a group this broker coordinates
+// under the assignment in force, creating it; a request that lost the group
+// meanwhile (the orphan sweep ran) gets ErrNotCoordinator and leaves no
+// resident state.
+func (c *Coordinator) shellFor(group string) (*shell, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s, ok := c.groups[group]
 	if !ok {
+		if !c.own.OwnsGroup(group) {
+			return nil, ErrNotCoordinator
+		}
 		s = &shell{id: group, emptySince: c.cfg.Now()}
 		c.groups[group] = s
 	}
-	return s
+	return s, nil
 }
 
 // resident returns the shell of group if it is in memory.
@@ -157,11 +292,13 @@ func storeErr(group string, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, offsets.ErrFenced):
-		return ErrNotCoordinator
+		return fmt.Errorf("%w: %w", ErrNotCoordinator, err)
 	case errors.Is(err, offsets.ErrInvalidGroup):
 		return ErrInvalidGroupID
+	case errors.Is(err, ErrNotCoordinator), errors.Is(err, ErrNotAvailable), errors.Is(err, ErrLoadInProgress):
+		return err
 	}
-	return fmt.Errorf("%w: group %q: %v", ErrCoordinatorLoadError, group, err)
+	return fmt.Errorf("%w: group %q: %w", ErrCoordinatorLoadError, group, err)
 }
 
 // CommitInput is an OffsetCommit for one group.
@@ -183,7 +320,8 @@ func (c *Coordinator) Commit(in CommitInput) (wait func(context.Context) error, 
 	if len(in.Offsets) == 0 {
 		return func(context.Context) error { return nil }, nil
 	}
-	w, err := c.store.CommitAsync(in.Group, c.own.Source().Fence(), in.Offsets)
+	c.hook("commit", in.Group)
+	w, err := c.store.CommitAsync(in.Group, c.owner(in.Group), in.Offsets)
 	if err != nil {
 		return nil, storeErr(in.Group, err)
 	}
@@ -192,12 +330,15 @@ func (c *Coordinator) Commit(in CommitInput) (wait func(context.Context) error, 
 
 // Fetch returns a group's committed offsets: all of them when tps is nil,
 // else those asked for (missing ones absent from the map; the broker
-// answers -1). An unknown group has no offsets and no error.
+// answers -1). An unknown group has no offsets and no error. The answer is
+// the file's content at the time of the read, granted under the group's
+// lock like a write: never a copy left from an earlier tenure.
 func (c *Coordinator) Fetch(group string, tps []offsets.TP) (map[offsets.TP]offsets.Offset, error) {
 	if err := c.check(group); err != nil {
 		return nil, err
 	}
-	all, err := c.store.Load(group)
+	c.hook("fetch", group)
+	all, err := c.store.Load(group, c.owner(group))
 	if err != nil {
 		return nil, storeErr(group, err)
 	}
@@ -248,7 +389,8 @@ func (c *Coordinator) DeleteOffsets(ctx context.Context, group string, tps []off
 		del = append(del, tp)
 	}
 	if len(del) > 0 {
-		if err := c.store.Delete(ctx, group, c.own.Source().Fence(), del); err != nil {
+		c.hook("delete-offsets", group)
+		if err := c.store.Delete(ctx, group, c.owner(group), del); err != nil {
 			return nil, storeErr(group, err)
 		}
 	}
@@ -270,7 +412,8 @@ func (c *Coordinator) DeleteGroup(ctx context.Context, group string) error {
 			return ErrNonEmptyGroup
 		}
 	}
-	existed, err := c.store.DeleteGroup(ctx, group, c.own.Source().Fence())
+	c.hook("delete-group", group)
+	existed, err := c.store.DeleteGroup(ctx, group, c.owner(group))
 	if err != nil {
 		return storeErr(group, err)
 	}
@@ -359,9 +502,15 @@ func (c *Coordinator) List() ([]Listing, error) {
 // lazily on first touch. Both sides log each move.
 func (c *Coordinator) Apply(prev, next *cluster.Assignment) {
 	nt := NewTable(next)
+	nt.applied = c.cfg.Now()
 	c.mu.Lock()
 	pt := c.table
 	c.table = nt
+	if c.recent == nil {
+		c.recent = []*Table{{}}
+	}
+	c.recent = append(c.recent, nt)
+	c.settle()
 	c.own.Swap(nt)
 	var moved []*shell
 	for id, s := range c.groups {
@@ -454,18 +603,20 @@ func (c *Coordinator) Resident() []string {
 // DeleteTopic removes a deleted topic's committed offsets from every group
 // this broker coordinates (a re-created topic must not inherit them).
 func (c *Coordinator) DeleteTopic(ctx context.Context, topic string) error {
-	fence := c.own.Source().Fence()
-	return c.store.DeleteTopic(ctx, topic, func(group string) (offsets.Fence, bool) {
-		return fence, c.own.OwnsGroup(group)
+	return c.store.DeleteTopic(ctx, topic, func(group string) (offsets.Owner, bool) {
+		return c.owner(group), c.own.OwnsGroup(group)
 	})
 }
 
 // ExpireOffsets applies offsets retention (KIP-211) to the groups this
-// broker coordinates that have no members. A consumer group that became
-// Empty here loses all its offsets once the retention has passed since then;
-// any other group (simple commits, or membership unknown since a move) loses
-// each offset once the retention has passed since its commit. Explicit
-// expire timestamps (OffsetCommit v2-v4) are honoured as given.
+// broker coordinates, by the rule of docs/offsets.md ("Retention") and with
+// what the group's file says of its membership, so every owner applies the
+// same rule: a group without members loses its offsets once the retention
+// has passed since it became Empty (each offset by its commit time for a
+// group used for commits only); a consumer group with members loses only
+// those of topics it no longer subscribes to; any other group with members
+// keeps them. Explicit expire timestamps (OffsetCommit v2-v4) are honoured
+// as given. Groups this pass loads are not kept in memory.
 func (c *Coordinator) ExpireOffsets(ctx context.Context) {
 	if !c.Serving() {
 		return
@@ -475,30 +626,32 @@ func (c *Coordinator) ExpireOffsets(ctx context.Context) {
 		c.log.Warn("offsets retention: listing groups failed", "err", err)
 		return
 	}
-	now := c.cfg.Now()
+	resident := map[string]bool{}
+	for _, g := range c.Resident() {
+		resident[g] = true
+	}
+	now := c.cfg.Now().UnixMilli()
 	for _, g := range names {
+		if ctx.Err() != nil {
+			return
+		}
 		if !c.own.OwnsGroup(g) {
 			continue
 		}
-		at := now
+		members := false
 		if s := c.resident(g); s != nil {
 			s.mu.Lock()
-			skip := s.member != nil && !s.member.empty()
-			if !skip && s.member != nil && s.member.generation() > 0 {
-				if now.Sub(s.emptySince) < c.cfg.Retention {
-					skip = true
-				} else {
-					at = time.UnixMilli(math.MaxInt64 / 2) // every offset is past retention
-				}
-			}
+			members = s.member != nil && !s.member.empty()
 			s.mu.Unlock()
-			if skip {
-				continue
-			}
 		}
-		n, err := c.store.Expire(ctx, g, c.own.Source().Fence(), at.UnixMilli(), c.cfg.Retention.Milliseconds())
+		n, err := c.store.Expire(ctx, g, c.owner(g), now, c.cfg.Retention.Milliseconds(), members)
+		if !resident[g] {
+			c.store.Evict(g)
+		}
 		if err != nil {
-			c.log.Warn("offsets retention failed", "group", g, "err", err)
+			if !errors.Is(err, ErrNotCoordinator) && !errors.Is(err, ErrLoadInProgress) && !errors.Is(err, offsets.ErrFenced) {
+				c.log.Warn("offsets retention failed", "group", g, "err", err)
+			}
 			continue
 		}
 		if n > 0 {
@@ -511,10 +664,16 @@ func (c *Coordinator) ExpireOffsets(ctx context.Context) {
 // transactional offsets (OffsetFetch require_stable answers
 // UNSTABLE_OFFSET_COMMIT for them). The staged offsets live in the group's
 // file, so this holds after any coordinator move.
-func (c *Coordinator) PendingTxnOffsets(group string) map[offsets.TP]bool {
-	staged, err := c.store.StagedTxns(group)
-	if err != nil || len(staged) == 0 {
-		return nil
+func (c *Coordinator) PendingTxnOffsets(group string) (map[offsets.TP]bool, error) {
+	if err := c.check(group); err != nil {
+		return nil, err
+	}
+	staged, err := c.store.StagedTxns(group, c.owner(group))
+	if err != nil {
+		return nil, storeErr(group, err)
+	}
+	if len(staged) == 0 {
+		return nil, nil
 	}
 	out := map[offsets.TP]bool{}
 	for _, st := range staged {
@@ -522,7 +681,7 @@ func (c *Coordinator) PendingTxnOffsets(group string) map[offsets.TP]bool {
 			out[tp] = true
 		}
 	}
-	return out
+	return out, nil
 }
 
 // TxnCommitInput is a TxnOffsetCommit for one group.
@@ -546,7 +705,8 @@ func (c *Coordinator) TxnCommit(ctx context.Context, in TxnCommitInput) error {
 		InstanceID: in.InstanceID, Transactional: true}); err != nil {
 		return err
 	}
-	err := c.store.Stage(ctx, in.Group, c.own.Source().Fence(), in.ProducerID, offsets.Staged{
+	c.hook("txn-stage", in.Group)
+	err := c.store.Stage(ctx, in.Group, c.owner(in.Group), in.ProducerID, offsets.Staged{
 		ProducerEpoch: in.ProducerEpoch, TransactionalID: in.TransactionalID, Offsets: in.Offsets})
 	return storeErr(in.Group, err)
 }
@@ -557,7 +717,8 @@ func (c *Coordinator) EndTxnOffsets(ctx context.Context, groupID string, pid int
 	if err := c.check(groupID); err != nil {
 		return err
 	}
-	found, err := c.store.EndTxn(ctx, groupID, c.own.Source().Fence(), pid, commit)
+	c.hook("txn-end", groupID)
+	found, err := c.store.EndTxn(ctx, groupID, c.owner(groupID), pid, commit)
 	if err != nil {
 		return storeErr(groupID, err)
 	}

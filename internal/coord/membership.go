@@ -3,9 +3,11 @@ package coord
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/kaas-dev/kaas/internal/group"
+	"github.com/kaas-dev/kaas/internal/offsets"
 )
 
 // membership is the thin shell around one group's pure state machine: it
@@ -46,7 +48,10 @@ func (c *Coordinator) admitCommit(groupID string, in group.CommitCheck) error {
 	if err := c.check(groupID); err != nil {
 		return err
 	}
-	s := c.shellFor(groupID)
+	s, err := c.shellFor(groupID)
+	if err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.gone {
@@ -130,6 +135,44 @@ func (m *membership) apply(out group.Output) {
 	} else if !m.core.Empty() {
 		m.s.emptySince = time.Time{}
 	}
+	m.noteRetention()
+}
+
+// noteRetention queues a write of what retention needs to know of the
+// group (protocol type, when it became Empty, the subscribed topics) when
+// that changed: on the transitions to and from Empty and when a generation
+// changes the subscription, never on a heartbeat or a commit. The write is
+// not waited for; the store orders it with the group's other writes.
+// Called with s.mu held.
+func (m *membership) noteRetention() {
+	pt := m.core.ProtocolType()
+	if pt == "" {
+		return
+	}
+	gen, empty := m.core.Generation(), m.core.Empty()
+	if m.s.infoSet && m.s.infoGen == gen && m.s.infoEmpty == empty && m.s.info.ProtocolType == pt &&
+		(!empty || m.s.info.EmptySince == m.s.emptySince.UnixMilli()) {
+		return // nothing retention needs changed (the common case: a heartbeat)
+	}
+	m.s.infoGen, m.s.infoEmpty = gen, empty
+	info := offsets.Retention{ProtocolType: pt}
+	if m.core.Empty() {
+		info.EmptySince = m.s.emptySince.UnixMilli()
+	} else if pt == "consumer" {
+		if topics, known := m.core.Topics(); known {
+			slices.Sort(topics)
+			info.Subscribed = topics
+		}
+	}
+	if m.s.infoSet && m.s.info.ProtocolType == info.ProtocolType && m.s.info.EmptySince == info.EmptySince &&
+		slices.Equal(m.s.info.Subscribed, info.Subscribed) {
+		return
+	}
+	if _, err := m.c.store.SetRetention(m.s.id, m.c.owner(m.s.id), info); err != nil {
+		m.c.log.Warn("offsets retention data not recorded", "group", m.s.id, "err", err)
+		return
+	}
+	m.s.info, m.s.infoSet = info, true
 }
 
 // fire delivers a timer to the core, unless the group was unloaded or the
@@ -152,7 +195,10 @@ func (c *Coordinator) begin(groupID string) (*shell, *membership, error) {
 	if err := c.check(groupID); err != nil {
 		return nil, nil, err
 	}
-	s := c.shellFor(groupID)
+	s, err := c.shellFor(groupID)
+	if err != nil {
+		return nil, nil, err
+	}
 	s.mu.Lock()
 	if s.gone {
 		s.mu.Unlock()

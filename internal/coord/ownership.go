@@ -11,6 +11,7 @@ package coord
 import (
 	"sort"
 	"sync/atomic"
+	"time"
 
 	"github.com/kaas-dev/kaas/internal/cluster"
 	"github.com/kaas-dev/kaas/internal/offsets"
@@ -61,6 +62,7 @@ type Table struct {
 	ids      []string // the full broker set, sorted
 	rows     map[string]cluster.BrokerRow
 	explicit map[string]string // group -> broker (first entry wins)
+	applied  time.Time         // when this broker applied it (Coordinator.Apply)
 }
 
 // NewTable indexes an assignment.

@@ -71,8 +71,25 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.Group != nil {
 		gc = *cfg.Group
 	}
+	// The runtime is made below, after the listener; until then the
+	// coordinator serves nothing (the bootstrap source), so neither
+	// function is called before rt is set.
+	var rtp atomic.Pointer[cluster.Runtime]
+	deadAfter := cfg.DeadAfter
+	if deadAfter <= 0 {
+		deadAfter = 3 * time.Second
+	}
 	co := coord.New(coord.Config{Me: Name(bc.ID), Self: coord.Broker{ID: Name(bc.ID), NodeID: bc.ID},
-		Store: store, Logger: log, Now: bc.Now, Group: gc, Retention: cfg.OffsetsRetention})
+		Store: store, Logger: log, Now: bc.Now, Group: gc, Retention: cfg.OffsetsRetention,
+		Fresh: func() bool {
+			rt := rtp.Load()
+			return rt != nil && rt.Fresh()
+		},
+		Settled: func(a *cluster.Assignment) bool {
+			rt := rtp.Load()
+			return rt != nil && rt.Settled(a)
+		},
+		SettleTimeout: deadAfter})
 	bc.Coordinator = co
 	var rt *cluster.Runtime
 	bc.TopicsChanged = func() {
@@ -119,6 +136,7 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	v.rt, v.me = rt, bc.ID
+	rtp.Store(rt)
 	// On every applied assignment: the coordinator swaps in the
 	// assignment-backed source and sweeps orphans first, then leadership
 	// moves. The first application happens before Ready, so the bootstrap

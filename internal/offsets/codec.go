@@ -34,12 +34,26 @@ type fileFence struct {
 }
 
 type fileDoc struct {
-	Group    *string            `json:"group"`
-	Offsets  map[string]int64   `json:"offsets"`
-	Metadata map[string]string  `json:"metadata"`
-	Details  map[string][]int64 `json:"details"`
-	Fence    *fileFence         `json:"fence"`
-	Pending  []pendingDoc       `json:"pending"`
+	Group     *string            `json:"group"`
+	Offsets   map[string]int64   `json:"offsets"`
+	Metadata  map[string]string  `json:"metadata"`
+	Details   map[string][]int64 `json:"details"`
+	Fence     *fileFence         `json:"fence"`
+	Pending   []pendingDoc       `json:"pending"`
+	Retention *retentionDoc      `json:"retention"`
+}
+
+// retentionDoc is what retention needs of the group's membership:
+//
+//	"retention":{"protocolType":"consumer","emptySince":1723456789000,"subscribed":["orders"]}
+//
+// emptySince is 0 (or absent) while the group has members; subscribed is
+// absent when unknown. The section is absent for a group used for commits
+// only.
+type retentionDoc struct {
+	ProtocolType string   `json:"protocolType"`
+	EmptySince   int64    `json:"emptySince"`
+	Subscribed   []string `json:"subscribed"`
 }
 
 // pendingDoc is one producer's staged transactional offsets:
@@ -47,8 +61,10 @@ type fileDoc struct {
 //	"pending":[{"producerId":7,"producerEpoch":0,"transactionalId":"tx-1",
 //	            "offsets":{"orders/0":[1042,4,"meta"]}}]
 //
-// each offset as [offset, leader_epoch, metadata]. The section is absent
-// when nothing is staged.
+// each offset as [offset, leader_epoch, metadata, commit_timestamp_ms] (files
+// written before the timestamp was kept have three elements: the store gives
+// them the time it loaded the file). The section is absent when nothing is
+// staged.
 type pendingDoc struct {
 	ProducerID      int64                      `json:"producerId"`
 	ProducerEpoch   int16                      `json:"producerEpoch"`
@@ -63,6 +79,7 @@ type decoded struct {
 	st       state
 	fence    Fence
 	txns     map[int64]Staged
+	info     Retention
 }
 
 var errBadKey = errors.New("bad offset key")
@@ -97,6 +114,12 @@ func decodeFile(data []byte) (decoded, error) {
 	}
 	if doc.Fence != nil {
 		out.fence = Fence{doc.Fence.ControllerEpoch, doc.Fence.AssignmentVersion}
+	}
+	if r := doc.Retention; r != nil {
+		out.info = Retention{ProtocolType: r.ProtocolType, EmptySince: r.EmptySince, Subscribed: r.Subscribed}
+		if !slices.IsSorted(out.info.Subscribed) {
+			slices.Sort(out.info.Subscribed)
+		}
 	}
 	intern := map[string]string{}
 	topics := map[string]string{}
@@ -143,12 +166,13 @@ func decodeFile(data []byte) (decoded, error) {
 				return decoded{}, err
 			}
 			var fields []json.RawMessage
-			if err := json.Unmarshal(raw, &fields); err != nil || len(fields) != 3 {
+			if err := json.Unmarshal(raw, &fields); err != nil || len(fields) < 3 || len(fields) > 4 {
 				return decoded{}, fmt.Errorf("pending offset %q: %s", k, raw)
 			}
 			o := Offset{ExpireTimestamp: -1}
 			if json.Unmarshal(fields[0], &o.Offset) != nil || json.Unmarshal(fields[1], &o.LeaderEpoch) != nil ||
-				json.Unmarshal(fields[2], &o.Metadata) != nil {
+				json.Unmarshal(fields[2], &o.Metadata) != nil ||
+				(len(fields) == 4 && json.Unmarshal(fields[3], &o.CommitTimestamp) != nil) {
 				return decoded{}, fmt.Errorf("pending offset %q: %s", k, raw)
 			}
 			st.Offsets[tp] = o
@@ -161,12 +185,34 @@ func decodeFile(data []byte) (decoded, error) {
 	return out, nil
 }
 
-// appendPending splices the pending section into an encoded file (before
-// its closing brace).
+// stampMissing gives every committed and staged offset without a commit
+// timestamp the time nowMs (a file in the spec's format, or written before
+// staged offsets kept theirs) and reports whether it gave any: such a time
+// is never taken as the epoch, which retention would count as decades old.
+func stampMissing(st *state, txns map[int64]Staged, nowMs int64) bool {
+	stamped := false
+	for _, t := range st.topics {
+		t.each(func(_ int32, e *entry) {
+			if e.commitTs == 0 {
+				e.commitTs, stamped = nowMs, true
+			}
+		})
+	}
+	for pid, s := range txns {
+		for tp, o := range s.Offsets {
+			if o.CommitTimestamp == 0 {
+				o.CommitTimestamp, stamped = nowMs, true
+				s.Offsets[tp] = o
+			}
+		}
+		txns[pid] = s
+	}
+	return stamped
+}
+
+// appendPending appends the pending section (with its leading comma).
 func appendPending(buf []byte, txns map[int64]Staged) []byte {
-	end := bytes.LastIndexByte(buf, '}')
-	tail := append([]byte(nil), buf[end:]...)
-	buf = append(buf[:end], `,"pending":[`...)
+	buf = append(buf, `,"pending":[`...)
 	pids := make([]int64, 0, len(txns))
 	for pid := range txns {
 		pids = append(pids, pid)
@@ -206,16 +252,38 @@ func appendPending(buf []byte, txns map[int64]Staged) []byte {
 			buf = strconv.AppendInt(buf, int64(o.LeaderEpoch), 10)
 			buf = append(buf, ',')
 			buf = appendString(buf, o.Metadata)
+			buf = append(buf, ',')
+			buf = strconv.AppendInt(buf, o.CommitTimestamp, 10)
 			buf = append(buf, ']')
 		}
 		buf = append(buf, "}}"...)
 	}
-	buf = append(buf, ']')
-	return append(buf, tail...)
+	return append(buf, ']')
 }
 
-// encodeFile appends the file of group with st and fence to buf.
-func encodeFile(buf []byte, group string, st *state, fence Fence) []byte {
+// appendRetention appends the retention section (with its leading comma).
+func appendRetention(buf []byte, r Retention) []byte {
+	buf = append(buf, `,"retention":{"protocolType":`...)
+	buf = appendString(buf, r.ProtocolType)
+	buf = append(buf, `,"emptySince":`...)
+	buf = strconv.AppendInt(buf, r.EmptySince, 10)
+	if r.Subscribed != nil {
+		buf = append(buf, `,"subscribed":[`...)
+		for i, t := range r.Subscribed {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			buf = appendString(buf, t)
+		}
+		buf = append(buf, ']')
+	}
+	return append(buf, '}')
+}
+
+// encodeFile appends the file of group to buf: its offsets st, the writer's
+// fence, the retention section unless info is the zero value, and the
+// pending section when txns is not empty.
+func encodeFile(buf []byte, group string, st *state, fence Fence, info Retention, txns map[int64]Staged) []byte {
 	buf = append(buf, `{"group":`...)
 	buf = appendString(buf, group)
 	names := st.sortedTopics()
@@ -265,8 +333,14 @@ func encodeFile(buf []byte, group string, st *state, fence Fence) []byte {
 	buf = strconv.AppendInt(buf, fence.ControllerEpoch, 10)
 	buf = append(buf, `,"assignment_version":`...)
 	buf = strconv.AppendInt(buf, fence.AssignmentVersion, 10)
-	buf = append(buf, "}}\n"...)
-	return buf
+	buf = append(buf, '}')
+	if info.ProtocolType != "" || info.EmptySince != 0 || info.Subscribed != nil {
+		buf = appendRetention(buf, info)
+	}
+	if len(txns) > 0 {
+		buf = appendPending(buf, txns)
+	}
+	return append(buf, "}\n"...)
 }
 
 // appendString appends s as a JSON string. Invalid UTF-8 bytes are written as

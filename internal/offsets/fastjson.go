@@ -96,6 +96,45 @@ func parseCanonical(data []byte) (doc fileDoc, ok bool) {
 				return fileDoc{}, false
 			}
 			doc.Fence = f
+		case "retention":
+			r := &retentionDoc{}
+			if !p.object(func(k string) bool {
+				switch k {
+				case "protocolType":
+					v, ok := p.str()
+					r.ProtocolType = v
+					return ok
+				case "emptySince":
+					n, ok := p.int()
+					r.EmptySince = n
+					return ok
+				case "subscribed":
+					if !p.byte('[') {
+						return false
+					}
+					r.Subscribed = []string{}
+					if p.peek(']') {
+						p.i++
+						return true
+					}
+					for {
+						v, ok := p.str()
+						if !ok {
+							return false
+						}
+						r.Subscribed = append(r.Subscribed, v)
+						if p.peek(',') {
+							p.i++
+							continue
+						}
+						return p.byte(']')
+					}
+				}
+				return false
+			}) {
+				return fileDoc{}, false
+			}
+			doc.Retention = r
 		default:
 			return fileDoc{}, false // pending, or a field of a newer writer
 		}

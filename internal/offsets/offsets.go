@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"maps"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -76,6 +77,8 @@ type Options struct {
 	Dir    string       // the offsets directory, <data>/__cluster/__consumer_offsets
 	Logger *slog.Logger // nil: discard
 	NoSync bool         // skip fsync (benchmarks and tests on tmpfs-like paths only)
+	// Now is the clock of commit timestamps given by the store; nil: time.Now.
+	Now func() time.Time
 
 	fs fileSystem // nil: the real file system; tests inject a failing twin
 }
@@ -88,6 +91,7 @@ type Store struct {
 	noSync bool
 	fs     fileSystem
 	dirf   syncer // the open directory, for fsync after rename and remove
+	clock  func() time.Time
 
 	tmpBase string        // ".tmp-<random>-": unique to this Store
 	tmpSeq  atomic.Uint64 // suffix of the next temp file
@@ -119,8 +123,12 @@ type groupState struct {
 	st      state
 	txns    map[int64]Staged // transactional offsets staged per producer id
 	fence   Fence
+	info    Retention   // what retention needs to know of the group's membership
 	onDisk  bool        // the file existed at the last read or write
 	fi      fileVersion // identity of the file as last read or written; unset: absent
+	// unstamped: offsets loaded without a commit timestamp were given the
+	// load time, not yet written back (the next write or retention pass does).
+	unstamped bool
 }
 
 type opKind uint8
@@ -133,12 +141,14 @@ const (
 	opExpire
 	opStage
 	opEndTxn
+	opSetRetention
 )
 
 // request is one queued operation and, once done is closed, its result.
 type request struct {
 	kind      opKind
-	fence     Fence
+	own       Owner // granted under the group's lock; nil grants the zero fence
+	fence     Fence // the stamp granted in the current attempt
 	offs      map[TP]Offset
 	tps       []TP
 	topic     string
@@ -147,6 +157,8 @@ type request struct {
 	pid       int64
 	staged    Staged
 	commit    bool
+	info      Retention
+	members   bool // expire: the group has members on this broker
 
 	done    chan struct{}
 	err     error
@@ -161,7 +173,10 @@ func Open(o Options) (*Store, error) {
 	if o.Dir == "" {
 		return nil, errors.New("offsets: Options.Dir is empty")
 	}
-	s := &Store{dir: o.Dir, log: o.Logger, noSync: o.NoSync, fs: o.fs, groups: map[string]*groupState{}}
+	s := &Store{dir: o.Dir, log: o.Logger, noSync: o.NoSync, fs: o.fs, clock: o.Now, groups: map[string]*groupState{}}
+	if s.clock == nil {
+		s.clock = time.Now
+	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -218,16 +233,20 @@ func (s *Store) handle(group string) (*groupState, error) {
 	return g, nil
 }
 
-// Load returns a copy of the group's committed offsets, loading the group from
-// disk on first touch.
-func (s *Store) Load(group string) (map[TP]Offset, error) {
+// Load returns a copy of the group's committed offsets as they are on disk
+// now: the group is loaded on first touch, and a resident copy is checked
+// against the file (and re-read when another broker changed it) before it
+// answers. own is granted first, under the group's lock; a refusal returns
+// its error and leaves no resident copy behind.
+func (s *Store) Load(group string, own Owner) (map[TP]Offset, error) {
 	var out map[TP]Offset
-	err := s.withLoaded(group, func(g *groupState) { out = g.st.snapshot() })
+	err := s.withCurrent(group, own, func(g *groupState) { out = g.st.snapshot() })
 	return out, err
 }
 
-// withLoaded runs fn with the group's state loaded and its lock held.
-func (s *Store) withLoaded(group string, fn func(*groupState)) error {
+// withCurrent runs fn with the group's state granted, equal to the file, and
+// its lock held.
+func (s *Store) withCurrent(group string, own Owner, fn func(*groupState)) error {
 	if err := validGroup(group); err != nil {
 		return err
 	}
@@ -241,11 +260,14 @@ func (s *Store) withLoaded(group string, fn func(*groupState)) error {
 			g.mu.Unlock()
 			continue
 		}
-		if !g.loaded {
-			if err := s.load(g); err != nil {
-				g.mu.Unlock()
-				return err
-			}
+		if _, err := grant(own); err != nil {
+			s.forget(g, false)
+			g.mu.Unlock()
+			return err
+		}
+		if err := s.refresh(g); err != nil {
+			g.mu.Unlock()
+			return err
 		}
 		fn(g)
 		g.mu.Unlock()
@@ -253,17 +275,38 @@ func (s *Store) withLoaded(group string, fn func(*groupState)) error {
 	}
 }
 
+// forget drops a handle that holds nothing (never loaded, nothing queued),
+// so that a refused request leaves no trace. Called with g.mu held, by the
+// handle's batch writer (writer) or by a reader.
+func (s *Store) forget(g *groupState, writer bool) {
+	if g.loaded {
+		return
+	}
+	g.qmu.Lock()
+	idle := (writer || !g.writing) && len(g.pending) == 0
+	g.qmu.Unlock()
+	if !idle {
+		return
+	}
+	g.evicted = true
+	s.mu.Lock()
+	if s.groups[g.id] == g {
+		delete(s.groups, g.id)
+	}
+	s.mu.Unlock()
+}
+
 // Commit merges offs into the group's full state and returns after a durable
 // write that contains them. See the package documentation and docs/offsets.md.
-func (s *Store) Commit(ctx context.Context, group string, fence Fence, offs map[TP]Offset) error {
-	r, err := commitRequest(group, fence, offs)
+func (s *Store) Commit(ctx context.Context, group string, own Owner, offs map[TP]Offset) error {
+	r, err := commitRequest(group, own, offs)
 	if err != nil {
 		return err
 	}
 	return s.submit(ctx, group, r)
 }
 
-func commitRequest(group string, fence Fence, offs map[TP]Offset) (*request, error) {
+func commitRequest(group string, own Owner, offs map[TP]Offset) (*request, error) {
 	if err := validGroup(group); err != nil {
 		return nil, err
 	}
@@ -275,7 +318,7 @@ func commitRequest(group string, fence Fence, offs map[TP]Offset) (*request, err
 		o.Metadata = validUTF8(o.Metadata)
 		clean[tp] = o
 	}
-	return &request{kind: opCommit, fence: fence, offs: clean}, nil
+	return &request{kind: opCommit, own: own, offs: clean}, nil
 }
 
 // CommitAsync queues a commit behind those already queued for the group and
@@ -284,11 +327,16 @@ func commitRequest(group string, fence Fence, offs map[TP]Offset) (*request, err
 // that must keep the order of its requests (one client connection) queues
 // them one after another and waits later: pipelined commits then share
 // durable writes.
-func (s *Store) CommitAsync(group string, fence Fence, offs map[TP]Offset) (wait func(context.Context) error, err error) {
-	r, err := commitRequest(group, fence, offs)
+func (s *Store) CommitAsync(group string, own Owner, offs map[TP]Offset) (wait func(context.Context) error, err error) {
+	r, err := commitRequest(group, own, offs)
 	if err != nil {
 		return nil, err
 	}
+	return s.enqueue(group, r)
+}
+
+// enqueue queues r behind the group's queued requests and returns its wait.
+func (s *Store) enqueue(group string, r *request) (wait func(context.Context) error, err error) {
 	g, err := s.handle(group)
 	if err != nil {
 		return nil, err
@@ -319,52 +367,41 @@ func (s *Store) CommitAsync(group string, fence Fence, offs map[TP]Offset) (wait
 }
 
 // Delete removes tps from the group (OffsetDelete) durably.
-func (s *Store) Delete(ctx context.Context, group string, fence Fence, tps []TP) error {
+func (s *Store) Delete(ctx context.Context, group string, own Owner, tps []TP) error {
 	if err := validGroup(group); err != nil {
 		return err
 	}
-	return s.submit(ctx, group, &request{kind: opDelete, fence: fence, tps: tps})
+	return s.submit(ctx, group, &request{kind: opDelete, own: own, tps: tps})
 }
 
 // DeleteGroup removes the group's file durably and forgets its offsets. existed
 // reports whether the group had a file or offsets.
-func (s *Store) DeleteGroup(ctx context.Context, group string, fence Fence) (existed bool, err error) {
+func (s *Store) DeleteGroup(ctx context.Context, group string, own Owner) (existed bool, err error) {
 	if err := validGroup(group); err != nil {
 		return false, err
 	}
-	r := &request{kind: opDeleteGroup, fence: fence}
+	r := &request{kind: opDeleteGroup, own: own}
 	err = s.submit(ctx, group, r)
 	return r.existed, err
 }
 
-// Expire removes the offsets whose retention has passed at now (ms): those with
-// an explicit expire timestamp <= now, and the others whose commit timestamp is
-// at least retentionMs old (KIP-211). The caller decides when to call it (the
-// group is Empty) and may pass as now whatever base its policy needs.
-func (s *Store) Expire(ctx context.Context, group string, fence Fence, now int64, retentionMs int64) (removed int, err error) {
+// Expire applies offsets retention (KIP-211) at now (ms) with the group's
+// stored Retention (docs/offsets.md, "Retention"); members reports whether
+// the group has members on the calling broker. It returns how many offsets
+// it removed.
+func (s *Store) Expire(ctx context.Context, group string, own Owner, now int64, retentionMs int64, members bool) (removed int, err error) {
 	if err := validGroup(group); err != nil {
 		return 0, err
 	}
-	r := &request{kind: opExpire, fence: fence, now: now, retention: retentionMs}
+	r := &request{kind: opExpire, own: own, now: now, retention: retentionMs, members: members}
 	err = s.submit(ctx, group, r)
 	return r.removed, err
 }
 
-// Exists reports whether the group has offsets in memory or a file on disk.
+// Exists reports whether the group has a file on disk now.
 func (s *Store) Exists(group string) (bool, error) {
 	if err := validGroup(group); err != nil {
 		return false, err
-	}
-	s.mu.Lock()
-	g := s.groups[group]
-	s.mu.Unlock()
-	if g != nil {
-		g.mu.Lock()
-		loaded, exists := g.loaded && !g.evicted, g.onDisk || g.st.n > 0
-		g.mu.Unlock()
-		if loaded {
-			return exists, nil
-		}
 	}
 	_, err := s.fs.Stat(filepath.Join(s.dir, FileName(group)))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -423,7 +460,7 @@ func (s *Store) Resident() []string {
 // group (this broker does not coordinate it). Groups that were not resident are
 // evicted again afterwards. It reads the directory and the files that are not
 // resident; it returns the first error after trying every group.
-func (s *Store) DeleteTopic(ctx context.Context, topic string, fence func(group string) (Fence, bool)) error {
+func (s *Store) DeleteTopic(ctx context.Context, topic string, owner func(group string) (Owner, bool)) error {
 	entries, err := s.fs.ReadDir(s.dir)
 	if err != nil {
 		return fmt.Errorf("offsets: read %s: %w", s.dir, err)
@@ -483,11 +520,11 @@ func (s *Store) DeleteTopic(ctx context.Context, topic string, fence func(group 
 				continue
 			}
 		}
-		f, mine := fence(group)
+		own, mine := owner(group)
 		if !mine {
 			continue
 		}
-		err := s.submit(ctx, group, &request{kind: opDeleteTopic, fence: f, topic: topic})
+		err := s.submit(ctx, group, &request{kind: opDeleteTopic, own: own, topic: topic})
 		if err != nil {
 			first = cmpErr(first, err)
 		}
@@ -624,173 +661,6 @@ func (s *Store) drain(g *groupState) {
 	}
 }
 
-// writeBatch applies batch in order to the group's state and writes the result
-// durably, then answers every request. On a failed write every request in the
-// batch gets the error and the state is rolled back (or reloaded on next touch
-// when the rename may have happened).
-func (s *Store) writeBatch(g *groupState, batch []*request) {
-	g.mu.Lock()
-	defer func() {
-		g.mu.Unlock()
-		for _, r := range batch {
-			close(r.done)
-		}
-	}()
-	if g.evicted {
-		for _, r := range batch {
-			r.retry = true
-		}
-		return
-	}
-	fail := func(err error) {
-		for _, r := range batch {
-			if r.err == nil {
-				r.err = err
-			}
-		}
-	}
-	if err := s.refresh(g); err != nil {
-		fail(err)
-		return
-	}
-	oldTxns := cloneTxns(g.txns)
-	var (
-		log      []undo
-		oldFence = g.fence
-		oldDisk  = g.onDisk
-		changed  bool
-		remove   bool
-		nowMs    = time.Now().UnixMilli()
-		intern   map[string]string
-	)
-	for _, r := range batch {
-		if r.fence.Less(g.fence) {
-			r.err = ErrFenced
-			continue
-		}
-		g.fence = r.fence
-		switch r.kind {
-		case opCommit:
-			for tp, o := range r.offs {
-				e := entryOf(o)
-				if e.commitTs == 0 {
-					e.commitTs = nowMs
-				}
-				if e.metadata != "" {
-					if old, ok := g.st.get(tp); ok && old.metadata == e.metadata {
-						e.metadata = old.metadata
-					} else {
-						if intern == nil {
-							intern = map[string]string{}
-						}
-						if m, ok := intern[e.metadata]; ok {
-							e.metadata = m
-						} else {
-							intern[e.metadata] = e.metadata
-						}
-					}
-				}
-				log = g.st.putLogged(log, tp, e)
-				changed, remove = true, false
-			}
-		case opDelete:
-			for _, tp := range r.tps {
-				var had bool
-				if log, had = g.st.delLogged(log, tp); had {
-					changed = true
-				}
-			}
-		case opDeleteTopic:
-			if t := g.st.topics[r.topic]; t != nil {
-				var tps []TP
-				t.each(func(p int32, _ *entry) { tps = append(tps, TP{r.topic, p}) })
-				for _, tp := range tps {
-					log, _ = g.st.delLogged(log, tp)
-				}
-				changed = true
-			}
-		case opExpire:
-			var tps []TP
-			g.st.each(func(topic string, p int32, e *entry) {
-				if (e.expireTs >= 0 && r.now >= e.expireTs) || (e.expireTs < 0 && r.now-e.commitTs >= r.retention) {
-					tps = append(tps, TP{topic, p})
-				}
-			})
-			for _, tp := range tps {
-				log, _ = g.st.delLogged(log, tp)
-			}
-			r.removed = len(tps)
-			changed = changed || len(tps) > 0
-			// KIP-211: a group left with no offsets is removed (the caller
-			// expires only groups without members).
-			remove = len(tps) > 0 && g.st.n == 0
-		case opStage:
-			if g.txns == nil {
-				g.txns = map[int64]Staged{}
-			}
-			cur, ok := g.txns[r.pid]
-			if !ok || cur.ProducerEpoch != r.staged.ProducerEpoch {
-				cur = Staged{ProducerEpoch: r.staged.ProducerEpoch, TransactionalID: r.staged.TransactionalID, Offsets: map[TP]Offset{}}
-			} else {
-				cur.Offsets = maps.Clone(cur.Offsets)
-			}
-			for tp, o := range r.staged.Offsets {
-				if o.CommitTimestamp == 0 {
-					o.CommitTimestamp = nowMs
-				}
-				cur.Offsets[tp] = o
-			}
-			g.txns[r.pid] = cur
-			changed, remove = true, false
-		case opEndTxn:
-			st, ok := g.txns[r.pid]
-			r.existed = ok
-			if !ok {
-				continue
-			}
-			if r.commit {
-				for tp, o := range st.Offsets {
-					log = g.st.putLogged(log, tp, entryOf(o))
-				}
-				r.removed = len(st.Offsets)
-			}
-			delete(g.txns, r.pid)
-			changed = true
-		case opDeleteGroup:
-			r.existed = g.onDisk || g.st.n > 0
-			var tps []TP
-			g.st.each(func(topic string, p int32, _ *entry) { tps = append(tps, TP{topic, p}) })
-			for _, tp := range tps {
-				log, _ = g.st.delLogged(log, tp)
-			}
-			changed, remove = true, true
-		}
-	}
-	if !changed {
-		g.fence = oldFence // nothing written: memory stays equal to disk
-		return
-	}
-	var err error
-	renamed := false
-	if remove && g.st.n == 0 && len(g.txns) == 0 {
-		renamed, err = s.removeFile(g)
-	} else {
-		renamed, err = s.writeFile(g)
-	}
-	if err != nil {
-		g.st.rollback(log)
-		g.txns = oldTxns
-		g.fence, g.onDisk = oldFence, oldDisk
-		if renamed {
-			// The new file may be visible: trust only the disk from now on.
-			g.loaded = false
-			g.st = state{}
-		}
-		s.log.Warn("offsets: write failed", "group", g.id, "err", err)
-		fail(err)
-	}
-}
-
 // refresh makes the in-memory state equal to the file: it loads the group on
 // first touch, and otherwise re-reads the file only when its identity (inode,
 // size, mtime) differs from the one last read or written.
@@ -805,7 +675,7 @@ func (s *Store) refresh(g *groupState) error {
 			return nil
 		}
 		s.log.Info("offsets: group file removed by another writer", "group", g.id)
-		g.st, g.fence, g.onDisk, g.fi = state{}, Fence{}, false, fileVersion{}
+		g.st, g.fence, g.onDisk, g.fi, g.txns, g.info, g.unstamped = state{}, Fence{}, false, fileVersion{}, nil, Retention{}, false
 		return nil
 	case err != nil:
 		return fmt.Errorf("offsets: stat %q: %w", g.id, err)
@@ -820,7 +690,7 @@ func (s *Store) refresh(g *groupState) error {
 func (s *Store) load(g *groupState) error {
 	data, fi, err := s.fs.ReadFile(g.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		g.st, g.fence, g.onDisk, g.fi, g.loaded, g.txns = state{}, Fence{}, false, fileVersion{}, true, nil
+		g.st, g.fence, g.onDisk, g.fi, g.loaded, g.txns, g.info, g.unstamped = state{}, Fence{}, false, fileVersion{}, true, nil, Retention{}, false
 		return nil
 	}
 	if err != nil {
@@ -830,7 +700,8 @@ func (s *Store) load(g *groupState) error {
 	if err != nil {
 		return fmt.Errorf("offsets: decode %q: %w", g.id, err)
 	}
-	g.st, g.fence, g.onDisk, g.fi, g.loaded, g.txns = d.st, d.fence, true, versionOf(fi), true, d.txns
+	g.st, g.fence, g.onDisk, g.fi, g.loaded, g.txns, g.info = d.st, d.fence, true, versionOf(fi), true, d.txns, d.info
+	g.unstamped = stampMissing(&g.st, g.txns, s.now().UnixMilli())
 	return nil
 }
 
@@ -839,12 +710,9 @@ var bufPool = sync.Pool{New: func() any { return new([]byte) }}
 // writeFile writes the group's state with the durable pattern: a temp file with
 // a name unique to this Store and write, fsync, rename over the group file,
 // fsync the directory. renamed reports whether the rename happened.
-func (s *Store) writeFile(g *groupState) (renamed bool, err error) {
+func (s *Store) writeFile(g *groupState, recheck func() error) (renamed bool, err error) {
 	bp := bufPool.Get().(*[]byte)
-	data := encodeFile((*bp)[:0], g.id, &g.st, g.fence)
-	if len(g.txns) > 0 {
-		data = appendPending(data, g.txns)
-	}
+	data := encodeFile((*bp)[:0], g.id, &g.st, g.fence, g.info, g.txns)
 	defer func() {
 		*bp = data
 		bufPool.Put(bp)
@@ -858,6 +726,10 @@ func (s *Store) writeFile(g *groupState) (renamed bool, err error) {
 	if err != nil {
 		s.fs.Remove(tmp)
 		return false, fmt.Errorf("offsets: write %q: %w", g.id, err)
+	}
+	if err := recheck(); err != nil {
+		s.fs.Remove(tmp)
+		return false, err
 	}
 	if err := s.fs.Rename(tmp, g.path); err != nil {
 		s.fs.Remove(tmp)
@@ -950,7 +822,7 @@ func cloneTxns(m map[int64]Staged) map[int64]Staged {
 // Stage durably records transactional offsets of producer pid (a
 // TxnOffsetCommit). A later epoch of the producer replaces what an earlier
 // one staged.
-func (s *Store) Stage(ctx context.Context, group string, fence Fence, pid int64, st Staged) error {
+func (s *Store) Stage(ctx context.Context, group string, own Owner, pid int64, st Staged) error {
 	if err := validGroup(group); err != nil {
 		return err
 	}
@@ -959,25 +831,45 @@ func (s *Store) Stage(ctx context.Context, group string, fence Fence, pid int64,
 			return fmt.Errorf("%w: %q/%d", ErrInvalidTopic, tp.Topic, tp.Partition)
 		}
 	}
-	return s.submit(ctx, group, &request{kind: opStage, fence: fence, pid: pid, staged: st})
+	return s.submit(ctx, group, &request{kind: opStage, own: own, pid: pid, staged: st})
 }
 
 // EndTxn ends producer pid's staged offsets: commit makes them committed
 // offsets in the same durable write, abort drops them. found reports whether
 // anything was staged.
-func (s *Store) EndTxn(ctx context.Context, group string, fence Fence, pid int64, commit bool) (found bool, err error) {
+func (s *Store) EndTxn(ctx context.Context, group string, own Owner, pid int64, commit bool) (found bool, err error) {
 	if err := validGroup(group); err != nil {
 		return false, err
 	}
-	r := &request{kind: opEndTxn, fence: fence, pid: pid, commit: commit}
+	r := &request{kind: opEndTxn, own: own, pid: pid, commit: commit}
 	err = s.submit(ctx, group, r)
 	return r.existed, err
 }
 
 // StagedTxns returns the staged transactional offsets of a group by
-// producer id (loading the group on first touch).
-func (s *Store) StagedTxns(group string) (map[int64]Staged, error) {
+// producer id, as they are on disk now (see Load).
+func (s *Store) StagedTxns(group string, own Owner) (map[int64]Staged, error) {
 	var out map[int64]Staged
-	err := s.withLoaded(group, func(g *groupState) { out = cloneTxns(g.txns) })
+	err := s.withCurrent(group, own, func(g *groupState) { out = cloneTxns(g.txns) })
+	return out, err
+}
+
+// SetRetention records what retention needs to know of the group's
+// membership (a write only when it differs from the stored one). Like
+// CommitAsync it queues at once, in call order, and the returned wait
+// reports the outcome after the durable write.
+func (s *Store) SetRetention(group string, own Owner, info Retention) (wait func(context.Context) error, err error) {
+	if err := validGroup(group); err != nil {
+		return nil, err
+	}
+	info.Subscribed = slices.Clone(info.Subscribed)
+	slices.Sort(info.Subscribed)
+	return s.enqueue(group, &request{kind: opSetRetention, own: own, info: info})
+}
+
+// GroupRetention returns the group's stored Retention (see Load).
+func (s *Store) GroupRetention(group string, own Owner) (Retention, error) {
+	var out Retention
+	err := s.withCurrent(group, own, func(g *groupState) { out = g.info })
 	return out, err
 }

@@ -151,7 +151,7 @@ func TestCommitLoadRoundTrip(t *testing.T) {
 	if err := s.Commit(ctx, "g", f1, want); err != nil {
 		t.Fatal(err)
 	}
-	got, _ := s.Load("g")
+	got, _ := s.Load("g", nil)
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("memory %v", got)
 	}
@@ -159,7 +159,7 @@ func TestCommitLoadRoundTrip(t *testing.T) {
 		t.Fatalf("disk %v %v", disk, fence)
 	}
 	// A fresh store (another broker) sees the same.
-	got, _ = open(t, dir, nil).Load("g")
+	got, _ = open(t, dir, nil).Load("g", nil)
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("reopened %v", got)
 	}
@@ -220,7 +220,7 @@ func TestTrap3MovedAwayAndBackResurrectsStaleOffsets(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Back to a: it must see b's offsets, and its next commit must keep them.
-	got, _ := a.Load("g")
+	got, _ := a.Load("g", nil)
 	if got[TP{"t", 0}].Offset != 50 {
 		t.Fatalf("stale offsets resurrected: %v", got)
 	}
@@ -260,7 +260,7 @@ func TestTrap4ConcurrentCommitsTornOrOlderFile(t *testing.T) {
 					return
 				}
 				// Acked means durable and visible.
-				if got, _ := s.Load("hot"); got[tp].Offset != int64(r) {
+				if got, _ := s.Load("hot", nil); got[tp].Offset != int64(r) {
 					t.Errorf("acked %d, memory has %d", r, got[tp].Offset)
 				}
 			}
@@ -321,7 +321,7 @@ func TestTrap6DiskErrorReportedAsSuccess(t *testing.T) {
 				}
 			}
 			ffs.clear()
-			got, err := s.Load("g")
+			got, err := s.Load("g", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -364,7 +364,7 @@ func TestFenceNewerOnDiskRefuses(t *testing.T) {
 		func() error { return a.Commit(ctx, "g", Fence{2, 99}, map[TP]Offset{{"t", 0}: off(3)}) },
 		func() error { return a.Delete(ctx, "g", Fence{2, 99}, []TP{{"t", 0}}) },
 		func() error { _, err := a.DeleteGroup(ctx, "g", Fence{2, 99}); return err },
-		func() error { _, err := a.Expire(ctx, "g", Fence{2, 99}, 1<<62, 0); return err },
+		func() error { _, err := a.Expire(ctx, "g", Fence{2, 99}, 1<<62, 0, false); return err },
 	} {
 		if err := op(); !errors.Is(err, ErrFenced) {
 			t.Fatalf("got %v, want ErrFenced", err)
@@ -374,7 +374,7 @@ func TestFenceNewerOnDiskRefuses(t *testing.T) {
 	if string(before) != string(after) {
 		t.Fatal("fenced writer changed the file")
 	}
-	if got, _ := a.Load("g"); got[TP{"t", 0}].Offset != 2 {
+	if got, _ := a.Load("g", nil); got[TP{"t", 0}].Offset != 2 {
 		t.Fatalf("memory %v", got)
 	}
 	// An equal or newer fence writes.
@@ -401,14 +401,14 @@ func TestCrashLeavesTempFiles(t *testing.T) {
 	s.Close()
 
 	r := open(t, dir, nil)
-	got, err := r.Load("g")
+	got, err := r.Load("g", nil)
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("after crash: %v %v", got, err)
 	}
 	if ok, _ := r.Exists("g"); !ok {
 		t.Fatal("group lost")
 	}
-	if err := r.DeleteTopic(ctx, "nope", func(string) (Fence, bool) { return f1, true }); err != nil {
+	if err := r.DeleteTopic(ctx, "nope", func(string) (Owner, bool) { return f1, true }); err != nil {
 		t.Fatalf("DeleteTopic tripped on temp files: %v", err)
 	}
 	if n, err := r.CleanTemp(ctx, time.Hour); n != 0 || err != nil {
@@ -438,11 +438,11 @@ func TestOpenIsLazy(t *testing.T) {
 	if reads.Load() != 0 || len(s.Resident()) != 0 {
 		t.Fatalf("Open read %d files", reads.Load())
 	}
-	got, err := s.Load("g7")
+	got, err := s.Load("g7", nil)
 	if err != nil || got[TP{"t", 0}].Offset != 1 || reads.Load() != 1 {
 		t.Fatalf("Load = %v %v after %d reads", got, err, reads.Load())
 	}
-	if _, err := s.Load("broken"); err == nil {
+	if _, err := s.Load("broken", nil); err == nil {
 		t.Fatal("a damaged file loaded")
 	}
 	if err := s.Commit(context.Background(), "broken", f1, map[TP]Offset{{"t", 0}: off(1)}); err == nil {
@@ -467,11 +467,11 @@ func TestDeleteExpireDeleteTopic(t *testing.T) {
 	if err := s.Delete(ctx, "g", f1, []TP{{"u", 0}, {"absent", 0}}); err != nil {
 		t.Fatal(err)
 	}
-	n, err := s.Expire(ctx, "g", f1, 4000, 2500)
+	n, err := s.Expire(ctx, "g", f1, 4000, 2500, false)
 	if err != nil || n != 2 { // t/0 by retention, t/2 by its explicit expiry
 		t.Fatalf("Expire = %d %v", n, err)
 	}
-	if err := s.DeleteTopic(ctx, "gone", func(g string) (Fence, bool) { return f1, true }); err != nil {
+	if err := s.DeleteTopic(ctx, "gone", func(g string) (Owner, bool) { return f1, true }); err != nil {
 		t.Fatal(err)
 	}
 	for g, want := range map[string]map[TP]Offset{

@@ -27,13 +27,13 @@ func TestStagedOffsetsInvisibleUntilCommitAndDurable(t *testing.T) {
 	}
 	stage(7, 100)
 	stage(8, 200)
-	got, _ := s.Load("g")
+	got, _ := s.Load("g", nil)
 	if got[tp0].Offset != 5 || len(got) != 1 {
 		t.Fatalf("staged offsets visible before commit: %+v", got)
 	}
 	// Another broker (a fresh store) sees the staged state on disk.
 	s2, _ := Open(Options{Dir: dir})
-	staged, err := s2.StagedTxns("g")
+	staged, err := s2.StagedTxns("g", nil)
 	if err != nil || len(staged) != 2 || staged[7].Offsets[tp0].Offset != 100 || staged[7].Offsets[tp0].Metadata != "m" || staged[7].TransactionalID != "tx" {
 		t.Fatalf("staged on disk: %+v %v", staged, err)
 	}
@@ -49,11 +49,11 @@ func TestStagedOffsetsInvisibleUntilCommitAndDurable(t *testing.T) {
 	}
 	s3, _ := Open(Options{Dir: dir})
 	defer s3.Close()
-	got, _ = s3.Load("g")
+	got, _ = s3.Load("g", nil)
 	if got[tp0].Offset != 100 || got[tp0].LeaderEpoch != 3 || got[tp1].Offset != 101 {
 		t.Fatalf("after commit+abort, from disk: %+v", got)
 	}
-	if st, _ := s3.StagedTxns("g"); len(st) != 0 {
+	if st, _ := s3.StagedTxns("g", nil); len(st) != 0 {
 		t.Fatalf("staged left after the transactions ended: %+v", st)
 	}
 	s.Close()
@@ -81,7 +81,7 @@ func TestCommitAsyncKeepsQueueOrder(t *testing.T) {
 	}
 	s2, _ := Open(Options{Dir: dir})
 	defer s2.Close()
-	got, _ := s2.Load("g")
+	got, _ := s2.Load("g", nil)
 	if got[TP{"t", 0}].Offset != 199 {
 		t.Fatalf("queued commits applied out of order: last is %d", got[TP{"t", 0}].Offset)
 	}

@@ -44,11 +44,15 @@ type Markers interface {
 
 // Config configures a Coordinator.
 type Config struct {
-	Me            string
-	Dir           string // <data>/__cluster/transactions
-	Logger        *slog.Logger
-	Owns          func(transactionalID string) bool
-	Fence         func() offsets.Fence
+	Me     string
+	Dir    string // <data>/__cluster/transactions
+	Logger *slog.Logger
+	// Grant is the one ownership decision for a transactional id: from one
+	// snapshot of the assignment in force, whether this broker coordinates
+	// it and the stamp its writes carry. It is evaluated again under the
+	// id's lock immediately before every write, so a write never carries a
+	// stamp newer than the assignment that granted it.
+	Grant         func(transactionalID string) (offsets.Fence, bool)
 	NewProducerID func() (int64, error)
 	Markers       Markers
 	MaxTimeout    time.Duration    // transaction.max.timeout.ms; default 15 min
@@ -62,6 +66,10 @@ type Coordinator struct {
 
 	mu  sync.Mutex // guards ids; taken before any entry.mu
 	ids map[string]*entry
+
+	// beforeSave, in tests, runs after an operation's ownership check and
+	// before its write.
+	beforeSave func(id string)
 }
 
 // entry is one resident transactional id. Its mu is held for the whole of
@@ -92,12 +100,18 @@ func New(cfg Config) (*Coordinator, error) {
 	return &Coordinator{cfg: cfg, log: cfg.Logger, ids: map[string]*entry{}}, nil
 }
 
+// owns reports whether this broker coordinates id now.
+func (c *Coordinator) owns(id string) bool {
+	_, ok := c.cfg.Grant(id)
+	return ok
+}
+
 // lock returns the locked entry of an owned id, loading its file.
 func (c *Coordinator) lock(id string) (*entry, error) {
 	if id == "" {
 		return nil, ErrUnknownTransactionalID
 	}
-	if !c.cfg.Owns(id) {
+	if !c.owns(id) {
 		return nil, ErrNotCoordinator
 	}
 	for {
@@ -152,8 +166,11 @@ func (c *Coordinator) save(e *entry, rec *Record) error {
 	if err := c.refresh(e); err != nil {
 		return err
 	}
-	f := c.cfg.Fence()
-	if e.rec != nil && f.Less(e.rec.Fence.offsets()) {
+	if c.beforeSave != nil {
+		c.beforeSave(e.id)
+	}
+	f, ok := c.cfg.Grant(e.id)
+	if !ok || (e.rec != nil && f.Less(e.rec.Fence.offsets())) {
 		return ErrNotCoordinator
 	}
 	if e.rec != nil && !CanTransition(e.rec.State, rec.State) {
@@ -448,7 +465,7 @@ func (c *Coordinator) Sweep(ctx context.Context, withDisk bool) {
 					}
 					id = rec.TransactionalID
 				}
-				if c.cfg.Owns(id) {
+				if c.owns(id) {
 					c.mu.Lock()
 					if _, ok := c.ids[id]; !ok {
 						c.ids[id] = &entry{id: id, path: filepath.Join(c.cfg.Dir, offsets.FileName(id))}
@@ -461,7 +478,7 @@ func (c *Coordinator) Sweep(ctx context.Context, withDisk bool) {
 	c.mu.Lock()
 	var resident []*entry
 	for id, e := range c.ids {
-		if !c.cfg.Owns(id) {
+		if !c.owns(id) {
 			delete(c.ids, id)
 			e.mu.Lock()
 			e.gone = true
@@ -535,7 +552,7 @@ func (c *Coordinator) List() []*Record {
 			continue
 		}
 		rec, err := readRecord(filepath.Join(c.cfg.Dir, name))
-		if err != nil || !c.cfg.Owns(rec.TransactionalID) {
+		if err != nil || !c.owns(rec.TransactionalID) {
 			continue
 		}
 		out = append(out, rec)

@@ -61,8 +61,7 @@ func newCoord(t *testing.T, dir string, m Markers, fence *offsets.Fence, clk *cl
 	t.Helper()
 	next := int64(100)
 	var mu sync.Mutex
-	c, err := New(Config{Me: "kaas-0", Dir: dir, Owns: func(string) bool { return true },
-		Fence: func() offsets.Fence { return *fence }, Markers: m, Now: clk.now,
+	c, err := New(Config{Me: "kaas-0", Dir: dir, Grant: func(string) (offsets.Fence, bool) { return *fence, true }, Markers: m, Now: clk.now,
 		NewProducerID: func() (int64, error) { mu.Lock(); defer mu.Unlock(); next++; return next, nil }})
 	if err != nil {
 		t.Fatal(err)
