@@ -100,6 +100,11 @@ type commonFlags struct {
 	maxGroupSize        int
 	offsetsRetention    time.Duration
 	offsetsCheck        time.Duration
+	maxConns            int
+	maxConnsPerIP       int
+	connsMaxIdle        time.Duration
+	requestReadTimeout  time.Duration
+	queuedMaxBytes      int64
 	deadAfter           time.Duration
 	election            electionFlags // elector.go
 }
@@ -117,6 +122,11 @@ func (c *commonFlags) register(fs flagSet) {
 	fs.IntVar(&c.maxGroupSize, "group-max-size", 0, "most members in one group (0: unlimited)")
 	fs.DurationVar(&c.offsetsRetention, "offsets-retention", 7*24*time.Hour, "committed offsets expire this long after their group became empty (KIP-211)")
 	fs.DurationVar(&c.offsetsCheck, "offsets-retention-check-interval", 10*time.Minute, "how often committed offsets are checked for expiry (offsets.retention.check.interval.ms)")
+	fs.IntVar(&c.maxConns, "max-connections", 0, "max.connections: connections beyond it are closed at accept (0: 3/4 of the open-file limit)")
+	fs.IntVar(&c.maxConnsPerIP, "max-connections-per-ip", 0, "max.connections.per.ip (0: unlimited)")
+	fs.DurationVar(&c.connsMaxIdle, "connections-max-idle", 10*time.Minute, "connections.max.idle.ms: close a connection with no request for this long")
+	fs.DurationVar(&c.requestReadTimeout, "request-read-timeout", 30*time.Second, "the bytes of one request must all arrive within this once its size is read")
+	fs.Int64Var(&c.queuedMaxBytes, "queued-max-request-bytes", 0, "queued.max.request.bytes: request bytes read and not yet answered, all connections (0: 2 × --max-frame-bytes)")
 	fs.DurationVar(&c.deadAfter, "dead-after", 3*time.Second, "a broker whose reports stop for this long is dead")
 	c.election.register(fs)
 }
@@ -145,6 +155,11 @@ func (c *commonFlags) config(id int32, dataDir, listen, advertise string, log *s
 		Logger:            log,
 
 		OffsetsRetentionCheck: c.offsetsCheck,
+		MaxConnections:        c.maxConns,
+		MaxConnectionsPerIP:   c.maxConnsPerIP,
+		ConnectionsMaxIdle:    c.connsMaxIdle,
+		RequestReadTimeout:    c.requestReadTimeout,
+		QueuedMaxRequestBytes: c.queuedMaxBytes,
 	}
 }
 

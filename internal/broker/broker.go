@@ -48,6 +48,23 @@ type Config struct {
 	DefaultSegmentBytes    int64         // default 128 MiB
 	RetentionCheck         time.Duration // how often log retention runs; default 1 min
 	MaxInFlight            int           // pipelined requests per connection; default 64
+	// Connection limits, with Kafka's names (docs/failure-handling.md).
+	// MaxConnections is max.connections: connections beyond it are closed
+	// at accept; default three quarters of the process's open-file limit,
+	// so that log segments and group files always find descriptors.
+	MaxConnections int
+	// MaxConnectionsPerIP is max.connections.per.ip; 0: unlimited.
+	MaxConnectionsPerIP int
+	// ConnectionsMaxIdle is connections.max.idle.ms: a connection with no
+	// request for this long is closed; default 10 min.
+	ConnectionsMaxIdle time.Duration
+	// RequestReadTimeout bounds how long the bytes of one request may take
+	// to arrive once its size prefix is read; default 30 s.
+	RequestReadTimeout time.Duration
+	// QueuedMaxRequestBytes is queued.max.request.bytes: the bytes of
+	// requests read and not yet answered, across all connections; a reader
+	// waits for room before it reads more. Default 2 × MaxFrame.
+	QueuedMaxRequestBytes int64
 	// OffsetsRetentionCheck is how often committed offsets are checked for
 	// expiry (Kafka's offsets.retention.check.interval.ms); default 10 min.
 	OffsetsRetentionCheck time.Duration
@@ -97,6 +114,19 @@ func (c *Config) setDefaults() {
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = 64
 	}
+	if c.MaxConnections <= 0 {
+		c.MaxConnections = defaultMaxConnections()
+	}
+	if c.ConnectionsMaxIdle <= 0 {
+		c.ConnectionsMaxIdle = 10 * time.Minute
+	}
+	if c.RequestReadTimeout <= 0 {
+		c.RequestReadTimeout = 30 * time.Second
+	}
+	if c.QueuedMaxRequestBytes <= 0 {
+		c.QueuedMaxRequestBytes = 2 * int64(c.MaxFrame)
+	}
+	c.QueuedMaxRequestBytes = max(c.QueuedMaxRequestBytes, int64(c.MaxFrame)) // one frame always fits
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -9,7 +10,10 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/semaphore"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -19,12 +23,18 @@ import (
 
 // server owns the listener and the open connections.
 type server struct {
-	b  *Broker
-	ln net.Listener
+	b      *Broker
+	ln     net.Listener
+	budget *semaphore.Weighted // queued.max.request.bytes
 
-	mu      sync.Mutex // guards conns, closing
+	mu      sync.Mutex // guards conns, perIP, closing
 	conns   map[*conn]struct{}
+	perIP   map[string]int
 	closing bool
+
+	// Owned by the accept loop: the current burst of accept errors and of
+	// connections refused over a limit, logged once each.
+	acceptErrs, refused int
 
 	wg sync.WaitGroup // the accept loop and every connection
 }
@@ -37,7 +47,8 @@ func (b *Broker) Listen() error {
 		return fmt.Errorf("broker: listen %s: %w", b.cfg.Listen, err)
 	}
 	b.srvMu.Lock()
-	b.srv = &server{b: b, ln: ln, conns: map[*conn]struct{}{}}
+	b.srv = &server{b: b, ln: ln, conns: map[*conn]struct{}{}, perIP: map[string]int{},
+		budget: semaphore.NewWeighted(b.cfg.QueuedMaxRequestBytes)}
 	b.srvMu.Unlock()
 	b.log.Info("listening", "addr", ln.Addr().String(), "advertise", b.cfg.Advertise)
 	return nil
@@ -53,7 +64,10 @@ func (b *Broker) Addr() string {
 	return b.srv.ln.Addr().String()
 }
 
-// Serve accepts connections until Close. It returns nil after a graceful stop.
+// Serve accepts connections until Close. It returns nil after a graceful
+// stop. No accept error ends it: out of descriptors or any other failure, it
+// backs off (5 ms doubling to 1 s, as Go's HTTP server does) and accepts
+// again, logging once per burst.
 func (b *Broker) Serve() error {
 	b.srvMu.Lock()
 	s := b.srv
@@ -63,6 +77,7 @@ func (b *Broker) Serve() error {
 	}
 	s.wg.Add(1)
 	defer s.wg.Done()
+	var backoff time.Duration
 	for {
 		nc, err := s.ln.Accept()
 		if err != nil {
@@ -72,26 +87,76 @@ func (b *Broker) Serve() error {
 			if closing {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(5 * time.Millisecond)
-				continue
+			if s.acceptErrs == 0 {
+				b.log.Warn("accept failed; backing off and accepting again", "err", err)
 			}
-			return fmt.Errorf("broker: accept: %w", err)
+			s.acceptErrs++
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			select {
+			case <-time.After(backoff):
+			case <-b.ctx.Done():
+				return nil
+			}
+			continue
 		}
-		c := &conn{s: s, nc: nc, log: b.log.With("remote", nc.RemoteAddr().String())}
-		c.ctx, c.cancel = context.WithCancel(b.ctx)
-		s.mu.Lock()
-		if s.closing {
-			s.mu.Unlock()
-			nc.Close()
-			return nil
+		if s.acceptErrs > 0 {
+			b.log.Info("accepting again", "failed_accepts", s.acceptErrs)
+			s.acceptErrs, backoff = 0, 0
 		}
-		s.conns[c] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go c.serve()
+		if !s.admit(nc) {
+			continue
+		}
 	}
+}
+
+// admit registers a new connection and starts serving it, or closes it when
+// a connection limit is reached (max.connections, max.connections.per.ip).
+// Runs on the accept loop.
+func (s *server) admit(nc net.Conn) bool {
+	b := s.b
+	ip := remoteIP(nc)
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		nc.Close()
+		return false
+	}
+	over := ""
+	switch {
+	case len(s.conns) >= b.cfg.MaxConnections:
+		over = "max.connections"
+	case b.cfg.MaxConnectionsPerIP > 0 && s.perIP[ip] >= b.cfg.MaxConnectionsPerIP:
+		over = "max.connections.per.ip"
+	}
+	if over != "" {
+		s.mu.Unlock()
+		nc.Close()
+		if s.refused == 0 {
+			b.log.Warn("refusing connections over a limit", "limit", over, "ip", ip,
+				"connections", b.cfg.MaxConnections, "per_ip", b.cfg.MaxConnectionsPerIP)
+		}
+		s.refused++
+		return false
+	}
+	if s.refused > 0 {
+		b.log.Info("accepting connections again", "refused", s.refused)
+		s.refused = 0
+	}
+	c := &conn{s: s, nc: nc, ip: ip, log: b.log.With("remote", nc.RemoteAddr().String())}
+	c.ctx, c.cancel = context.WithCancel(b.ctx)
+	s.conns[c] = struct{}{}
+	s.perIP[ip]++
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go c.serve()
+	return true
+}
+
+func remoteIP(nc net.Conn) string {
+	if a, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
+		return a.IP.String()
+	}
+	return nc.RemoteAddr().String()
 }
 
 // shutdown stops accepting, lets every connection finish the requests it
@@ -131,21 +196,35 @@ func (s *server) shutdown(ctx context.Context) error {
 type conn struct {
 	s      *server
 	nc     net.Conn
+	ip     string
 	log    *slog.Logger
 	ctx    context.Context // cancelled on hard stop
 	cancel context.CancelFunc
 
 	stopOnce sync.Once
+	stopping atomic.Bool
 }
 
 // pending is a request whose response the writer still has to send.
 type pending struct {
 	corr   int32
 	finish func() kmsg.Response // nil response: send nothing (acks=0)
+	size   int64                // its bytes held in the server's budget
 }
 
 func (c *conn) stopReading() {
-	c.stopOnce.Do(func() { _ = c.nc.SetReadDeadline(time.Unix(1, 0)) })
+	c.stopOnce.Do(func() {
+		c.stopping.Store(true)
+		_ = c.nc.SetReadDeadline(time.Unix(1, 0))
+	})
+}
+
+// deadline sets the read deadline, unless the connection is stopping.
+func (c *conn) deadline(d time.Duration) {
+	_ = c.nc.SetReadDeadline(time.Now().Add(d))
+	if c.stopping.Load() { // stopReading ran meanwhile: keep its deadline
+		_ = c.nc.SetReadDeadline(time.Unix(1, 0))
+	}
 }
 
 func (c *conn) serve() {
@@ -153,6 +232,9 @@ func (c *conn) serve() {
 	defer func() {
 		c.s.mu.Lock()
 		delete(c.s.conns, c)
+		if c.s.perIP[c.ip]--; c.s.perIP[c.ip] <= 0 {
+			delete(c.s.perIP, c.ip)
+		}
 		c.s.mu.Unlock()
 		c.cancel()
 		c.nc.Close()
@@ -165,24 +247,25 @@ func (c *conn) serve() {
 	<-writerDone
 }
 
-// read decodes requests until EOF, a bad frame, or shutdown.
+// read decodes requests until EOF, a bad frame, a timeout, or shutdown.
 func (c *conn) read(out chan<- pending) {
 	b := c.s.b
 	for {
-		frame, err := wire.ReadFrame(c.nc, b.cfg.MaxFrame, nil)
+		frame, err := c.readFrame()
 		if err != nil {
+			var ne net.Error
 			switch {
-			case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+			case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), c.stopping.Load():
 			case errors.Is(err, wire.ErrFrameTooLarge), errors.Is(err, wire.ErrMalformed):
 				c.log.Warn("closing connection: unreadable frame", "err", err)
+			case errors.As(err, &ne) && ne.Timeout():
+				c.log.Debug("closing connection: read timed out", "err", err)
 			default:
-				var ne net.Error
-				if !(errors.As(err, &ne) && ne.Timeout()) {
-					c.log.Debug("connection read ended", "err", err)
-				}
+				c.log.Debug("connection read ended", "err", err)
 			}
 			return
 		}
+		size := int64(cap(frame))
 		req, err := wire.Decode(frame)
 		if err != nil {
 			if req.Key == kmsg.ApiVersions.Int16() && errors.Is(err, wire.ErrUnsupportedVersion) {
@@ -191,24 +274,87 @@ func (c *conn) read(out chan<- pending) {
 				c.log.Debug("ApiVersions version not supported; answering v0", "version", req.Version)
 				resp := apiVersionsResponse(0)
 				resp.ErrorCode = kerr.UnsupportedVersion.Code
+				c.s.budget.Release(size)
 				out <- pending{corr: req.CorrelationID, finish: func() kmsg.Response { return resp }}
 				continue
 			}
+			c.s.budget.Release(size)
 			c.log.Warn("closing connection: bad request", "api", wire.Name(req.Key), "version", req.Version, "err", err)
 			return
 		}
 		if !b.ready(req.Header) {
+			c.s.budget.Release(size)
 			c.log.Warn("closing connection: broker not ready for client traffic", "api", wire.Name(req.Key))
 			return
 		}
 		finish := b.dispatch(c.ctx, c, req)
 		select {
-		case out <- pending{corr: req.CorrelationID, finish: finish}:
+		case out <- pending{corr: req.CorrelationID, finish: finish, size: size}:
 		case <-c.ctx.Done():
+			c.s.budget.Release(size)
 			return
 		}
 	}
 }
+
+// firstChunk is the buffer a request body starts in; it grows (doubling)
+// as bytes arrive, so a size prefix alone allocates nothing large.
+const firstChunk = 64 << 10
+
+// readFrame reads one size-prefixed request. Waiting for the size prefix is
+// bounded by connections.max.idle.ms; once it is read, the whole frame
+// must arrive within RequestReadTimeout. The frame's bytes are taken from
+// the server's budget (queued.max.request.bytes) as they arrive, and stay
+// taken until the request is answered (the caller releases cap(frame)).
+func (c *conn) readFrame() ([]byte, error) {
+	b := c.s.b
+	c.deadline(b.cfg.ConnectionsMaxIdle)
+	var size [4]byte
+	if _, err := io.ReadFull(c.nc, size[:]); err != nil {
+		return nil, err
+	}
+	n := int32(binary.BigEndian.Uint32(size[:]))
+	if n < 0 || n > b.cfg.MaxFrame {
+		return nil, fmt.Errorf("%w: %d bytes (max %d)", wire.ErrFrameTooLarge, n, b.cfg.MaxFrame)
+	}
+	if n < 8 { // key, version, correlation id
+		return nil, fmt.Errorf("%w: frame of %d bytes is shorter than a header", wire.ErrMalformed, n)
+	}
+	c.deadline(b.cfg.RequestReadTimeout)
+	ctx, cancel := context.WithTimeout(c.ctx, b.cfg.RequestReadTimeout)
+	defer cancel()
+	var buf []byte
+	for len(buf) < int(n) {
+		grow := min(int(n), max(firstChunk, 2*cap(buf)))
+		if grow > cap(buf) {
+			if err := c.s.budget.Acquire(ctx, int64(grow-cap(buf))); err != nil {
+				c.s.budget.Release(int64(cap(buf)))
+				return nil, fmt.Errorf("waiting for queued.max.request.bytes: %w", timeoutErr{err})
+			}
+			nb := make([]byte, len(buf), grow)
+			copy(nb, buf)
+			buf = nb
+		}
+		k, err := io.ReadFull(c.nc, buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+k]
+		if err != nil {
+			c.s.budget.Release(int64(cap(buf)))
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+	return buf, nil
+}
+
+// timeoutErr marks a budget wait that ended with the read deadline.
+type timeoutErr struct{ err error }
+
+func (e timeoutErr) Error() string   { return e.err.Error() }
+func (e timeoutErr) Unwrap() error   { return e.err }
+func (e timeoutErr) Timeout() bool   { return true }
+func (e timeoutErr) Temporary() bool { return false }
 
 // write sends responses in request order. Runs on its own goroutine, owned by
 // the connection.
@@ -218,6 +364,7 @@ func (c *conn) write(in <-chan pending, done chan<- struct{}) {
 	broken := false
 	for p := range in {
 		resp := p.finish()
+		c.s.budget.Release(p.size)
 		if resp == nil || broken {
 			continue
 		}

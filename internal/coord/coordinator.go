@@ -156,13 +156,40 @@ func (c *Coordinator) FindTxn(id string) (Broker, error) {
 	return b, nil
 }
 
-// check validates a group id and ownership against the source in force.
+// check validates a group id and ownership against the source in force. A
+// group that moved here and is not yet released by the brokers acting on
+// older assignments is waited for (a few hundred milliseconds: one poll and
+// one report of each; at most SettleTimeout), so that a client sees the
+// move as a slower answer rather than an error.
 func (c *Coordinator) check(group string) error {
 	if group == "" {
 		return ErrInvalidGroupID
 	}
 	_, err := c.grant(group)
+	if errors.Is(err, ErrLoadInProgress) {
+		err = c.awaitRelease(group)
+	}
 	return err
+}
+
+// awaitRelease polls grant until the group is released, or SettleTimeout
+// (plus a margin) has passed: then COORDINATOR_LOAD_IN_PROGRESS.
+func (c *Coordinator) awaitRelease(group string) error {
+	wait := time.NewTimer(c.cfg.SettleTimeout + 100*time.Millisecond)
+	defer wait.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-wait.C:
+			_, err := c.grant(group)
+			return err
+		case <-tick.C:
+			if _, err := c.grant(group); !errors.Is(err, ErrLoadInProgress) {
+				return err
+			}
+		}
+	}
 }
 
 // grant is the one ownership decision of a request: from one snapshot of

@@ -467,11 +467,14 @@ func (g *Group) selectProtocol() (string, bool) {
 			}
 		}
 	}
-	best := ""
-	for _, name := range first {
-		if best == "" || votes[name] > votes[best] {
+	if len(first) == 0 {
+		return "", false
+	}
+	best := first[0] // a protocol name may be empty: Kafka accepts it like any other
+	for _, name := range first[1:] {
+		if votes[name] > votes[best] {
 			best = name
 		}
 	}
-	return best, best != ""
+	return best, true
 }
