@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/kaas-dev/kaas/internal/cliflag"
+
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,7 +50,7 @@ func (b *electionBackend) Set(v string) error {
 	return fmt.Errorf("want file or kubernetes, not %q", v)
 }
 
-func (f *electionFlags) register(fs flagSet) {
+func (f *electionFlags) register(fs cliflag.Set) {
 	f.backend = "file"
 	fs.Var(&f.backend, "election", "controller election: file (a lock on the shared volume) or kubernetes (a coordination.k8s.io Lease)")
 	fs.StringVar(&f.leaseName, "lease-name", "kaas-controller", "name of the Lease used by --election kubernetes")

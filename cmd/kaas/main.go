@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kaas-dev/kaas/internal/broker"
+	"github.com/kaas-dev/kaas/internal/cliflag"
 	"github.com/kaas-dev/kaas/internal/group"
 	"github.com/kaas-dev/kaas/internal/node"
 )
@@ -31,8 +31,6 @@ func main() {
 		err = runBroker(os.Args[2:])
 	case "dev":
 		err = runDev(os.Args[2:])
-	case "bench":
-		err = runBench(os.Args[2:])
 	case "remove-broker":
 		err = runRemoveBroker(os.Args[2:])
 	case "-h", "--help", "help":
@@ -53,65 +51,35 @@ func usage() {
 	fmt.Fprint(os.Stderr, `usage:
   kaas broker --id N --data-dir DIR --listen HOST:PORT [--advertise HOST:PORT]
   kaas dev [--brokers 3] [--data-dir DIR] [--port 9092]
-  kaas bench [--goals limits,produce,fetch,commit,...] [--duration 5s] [--concurrency 1,8,64] [--out docs/bench] [--data-dir DIR]
   kaas remove-broker --data-dir DIR --id kaas-N
 Run 'kaas <command> -h' for the flags; every flag also reads KAAS_<FLAG> from
 the environment (upper case, '-' as '_'), e.g. KAAS_DATA_DIR.
 `)
 }
 
-// flagSet returns a FlagSet whose flags default to KAAS_* environment
-// variables when set.
-type flagSet struct {
-	*flag.FlagSet
-}
-
-func newFlagSet(name string) flagSet { return flagSet{flag.NewFlagSet(name, flag.ContinueOnError)} }
-
-func envName(flagName string) string {
-	return "KAAS_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-// parse applies the environment first, then the command line.
-func (fs flagSet) parse(args []string) error {
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		if v, ok := os.LookupEnv(envName(f.Name)); ok && envErr == nil {
-			if err := f.Value.Set(v); err != nil {
-				envErr = fmt.Errorf("%s=%q: %w", envName(f.Name), v, err)
-			}
-		}
-	})
-	if envErr != nil {
-		return envErr
-	}
-	return fs.Parse(args)
-}
-
 type commonFlags struct {
-	logFormat, logLevel string
-	autoCreate          bool
-	defaultPartitions   int
-	maxFrame            int
-	reportInterval      time.Duration
-	rebalanceDelay      time.Duration
-	minSession          time.Duration
-	maxSession          time.Duration
-	maxGroupSize        int
-	offsetsRetention    time.Duration
-	offsetsCheck        time.Duration
-	maxConns            int
-	maxConnsPerIP       int
-	connsMaxIdle        time.Duration
-	requestReadTimeout  time.Duration
-	queuedMaxBytes      int64
-	deadAfter           time.Duration
-	election            electionFlags // elector.go
+	log                cliflag.Log
+	autoCreate         bool
+	defaultPartitions  int
+	maxFrame           int
+	reportInterval     time.Duration
+	rebalanceDelay     time.Duration
+	minSession         time.Duration
+	maxSession         time.Duration
+	maxGroupSize       int
+	offsetsRetention   time.Duration
+	offsetsCheck       time.Duration
+	maxConns           int
+	maxConnsPerIP      int
+	connsMaxIdle       time.Duration
+	requestReadTimeout time.Duration
+	queuedMaxBytes     int64
+	deadAfter          time.Duration
+	election           electionFlags // elector.go
 }
 
-func (c *commonFlags) register(fs flagSet) {
-	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
-	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+func (c *commonFlags) register(fs cliflag.Set) {
+	c.log.Register(fs)
 	fs.BoolVar(&c.autoCreate, "auto-create-topics", false, "create unknown topics on Metadata and Produce")
 	fs.IntVar(&c.defaultPartitions, "default-partitions", 1, "partitions of auto-created topics and of CreateTopics with -1")
 	fs.IntVar(&c.maxFrame, "max-frame-bytes", 100<<20, "largest request frame accepted")
@@ -131,20 +99,7 @@ func (c *commonFlags) register(fs flagSet) {
 	c.election.register(fs)
 }
 
-func (c *commonFlags) logger() (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	switch c.logFormat {
-	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
-	}
-	return nil, fmt.Errorf("--log-format %q: want text or json", c.logFormat)
-}
+func (c *commonFlags) logger() (*slog.Logger, error) { return c.log.Logger() }
 
 func (c *commonFlags) config(id int32, dataDir, listen, advertise string, log *slog.Logger) broker.Config {
 	return broker.Config{
@@ -164,7 +119,7 @@ func (c *commonFlags) config(id int32, dataDir, listen, advertise string, log *s
 }
 
 func runBroker(args []string) error {
-	fs := newFlagSet("broker")
+	fs := cliflag.New("broker")
 	var (
 		id                         int
 		dataDir, listen, advertise string
@@ -175,7 +130,7 @@ func runBroker(args []string) error {
 	fs.StringVar(&listen, "listen", "127.0.0.1:9092", "address to listen on")
 	fs.StringVar(&advertise, "advertise", "", "address clients are told (default: the listen address)")
 	common.register(fs)
-	if err := fs.parse(args); err != nil {
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if id < 0 || id > 1<<30 {
@@ -196,7 +151,7 @@ func runBroker(args []string) error {
 }
 
 func runDev(args []string) error {
-	fs := newFlagSet("dev")
+	fs := cliflag.New("dev")
 	var (
 		dataDir string
 		port    int
@@ -207,7 +162,7 @@ func runDev(args []string) error {
 	fs.IntVar(&port, "port", 9092, "port of the first broker; the others take the next ports")
 	fs.IntVar(&brokers, "brokers", 3, "how many brokers to run")
 	common.register(fs)
-	if err := fs.parse(args); err != nil {
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if brokers < 1 || brokers > 64 {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/kaas-dev/kaas/internal/cliflag"
+
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -15,11 +17,11 @@ import (
 // controller drops the row once the broker is not alive (dead, or drained
 // and stopped); until then the request waits on the volume.
 func runRemoveBroker(args []string) error {
-	fs := newFlagSet("remove-broker")
+	fs := cliflag.New("remove-broker")
 	var dataDir, id string
 	fs.StringVar(&dataDir, "data-dir", "", "the shared volume (required)")
 	fs.StringVar(&id, "id", "", "the broker to remove: kaas-N, or N (required)")
-	if err := fs.parse(args); err != nil {
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if dataDir == "" || id == "" {

@@ -1,4 +1,4 @@
-// Package bench owns `kaas bench`: the goals of docs/performance (each a
+// Package bench owns `kaas-bench`: the goals of docs/performance (each a
 // ratio taken in one run), the raw limits they are measured against, the
 // targets they run on (kaas on the data dir, kaas on tmpfs, kfake), one load
 // generator shared by every target, and the report (table, markdown, PNG).

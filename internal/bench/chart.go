@@ -2,99 +2,118 @@ package bench
 
 import (
 	"fmt"
-	"image"
 	"image/color"
-	"image/png"
 	"io"
 	"math"
 	"strconv"
 	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// Chart layout, in pixels.
+// Chart layout.
 const (
-	chartW     = 1100
-	labelW     = 520 // the row labels, left of the bars
-	rowH       = 24
-	barH       = 14
-	topMargin  = 44
-	bottomPad  = 36
-	rightPad   = 70 // room for the ratio printed after a bar
-	fontScale  = 2
 	chartMaxX  = 2.0 // the ratio at the right end of the scale
-	labelChars = (labelW - 16) / (glyphAdv * fontScale)
+	chartW     = 11 * vg.Inch
+	chartRowH  = 0.24 * vg.Inch
+	chartPad   = 1.1 * vg.Inch // title and axis
+	labelChars = 62
 )
 
 var (
-	colWhite = color.RGBA{255, 255, 255, 255}
-	colBlack = color.RGBA{20, 20, 20, 255}
 	colGrey  = color.RGBA{170, 170, 170, 255}
-	colLight = color.RGBA{225, 225, 225, 255}
+	colBlack = color.RGBA{20, 20, 20, 255}
 	colGreen = color.RGBA{60, 160, 80, 255}
 	colRed   = color.RGBA{205, 60, 50, 255}
 	colInfo  = color.RGBA{140, 150, 170, 255}
 )
 
-// WriteChart draws one horizontal bar per row: its length the ratio on a
-// linear scale from 0 to chartMaxX, a grey line at 1.0, a black tick at the
+// WriteChart draws one horizontal bar per row with gonum's plot: its length
+// the ratio on a linear scale from 0 to chartMaxX (a bar running off the
+// scale ends in an arrow head), a grey line at 1.0, a black tick at the
 // goal's bound, green when met, red when not, grey-blue for rows with no
 // goal. Labels are the table's numbers and the rows' descriptions.
 func (r *Report) WriteChart(w io.Writer) error {
-	h := topMargin + rowH*max(1, len(r.Rows)) + bottomPad
-	img := image.NewRGBA(image.Rect(0, 0, chartW, h))
-	fill(img, img.Bounds(), colWhite)
-	drawText(img, 8, 10, "kaas bench: ratio ours / reference (grey line 1.0, black tick = goal bound)", fontScale, colBlack)
-
-	x0, x1 := labelW, chartW-rightPad
-	scale := func(v float64) int {
-		v = math.Max(0, math.Min(v, chartMaxX))
-		return x0 + int(v/chartMaxX*float64(x1-x0))
-	}
-	// Grid at every 0.25, stronger at 1.0.
-	for v := 0.0; v <= chartMaxX+1e-9; v += 0.25 {
-		c := colLight
-		if v == 1 {
-			c = colGrey
-		}
-		x := scale(v)
-		fill(img, image.Rect(x, topMargin-4, x+1, h-bottomPad+4), c)
-	}
+	p := plot.New()
+	p.Title.Text = "kaas-bench: ratio ours / reference (grey line 1.0, black tick = goal bound)"
+	p.X.Min, p.X.Max = 0, chartMaxX
+	p.X.Tick.Marker = plot.ConstantTicks(ticks())
+	p.Add(plotter.NewGrid())
+	labels := make([]string, len(r.Rows))
 	for i, row := range r.Rows {
-		y := topMargin + i*rowH
 		label := fmt.Sprintf("%2d %s", i+1, row.What)
-		if len([]rune(normalize(label))) > labelChars {
-			label = string([]rune(normalize(label))[:labelChars-1]) + "."
+		if rs := []rune(label); len(rs) > labelChars {
+			label = string(rs[:labelChars-1]) + "…"
 		}
-		drawText(img, 8, y+(rowH-glyphH*fontScale)/2, label, fontScale, colBlack)
+		labels[len(r.Rows)-1-i] = label // the first row on top
+	}
+	p.NominalY(labels...)
+	p.Y.Tick.Label.Font.Size = font.Length(8)
+	p.Add(bars{rows: r.Rows})
+	height := chartPad + chartRowH*vg.Length(max(1, len(r.Rows)))
+	c := vgimg.New(chartW, height)
+	p.Draw(draw.New(c))
+	_, err := vgimg.PngCanvas{Canvas: c}.WriteTo(w)
+	return err
+}
 
-		c := colInfo
+func ticks() []plot.Tick {
+	var out []plot.Tick
+	for v := 0.0; v <= chartMaxX+1e-9; v += 0.25 {
+		t := plot.Tick{Value: v}
+		if math.Mod(v, 0.5) == 0 {
+			t.Label = strconv.FormatFloat(v, 'f', -1, 64)
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// bars is the chart's plotter: one bar per row, row i at y = n-1-i.
+type bars struct{ rows []Row }
+
+func (b bars) DataRange() (xmin, xmax, ymin, ymax float64) {
+	return 0, chartMaxX, -0.5, float64(len(b.rows)) - 0.5
+}
+
+func (b bars) Plot(c draw.Canvas, p *plot.Plot) {
+	trX, trY := p.Transforms(&c)
+	n := len(b.rows)
+	half := chartRowH * 0.3
+	one := trX(1)
+	c.StrokeLine2(draw.LineStyle{Color: colGrey, Width: vg.Points(1)}, one, c.Min.Y, one, c.Max.Y)
+	for i, row := range b.rows {
+		y := trY(float64(n - 1 - i))
+		col := colInfo
 		switch {
 		case row.Target == "info":
 		case row.Met:
-			c = colGreen
+			col = colGreen
 		default:
-			c = colRed
+			col = colRed
 		}
-		by := y + (rowH-barH)/2
-		end := scale(row.Ratio)
-		fill(img, image.Rect(x0, by, max(end, x0+1), by+barH), c)
+		x0, x1 := trX(0), trX(math.Max(0, math.Min(row.Ratio, chartMaxX)))
+		bar := []vg.Point{{X: x0, Y: y - half}, {X: x1, Y: y - half}, {X: x1, Y: y + half}, {X: x0, Y: y + half}}
 		if row.Ratio > chartMaxX { // an arrow head: the bar runs off the scale
-			for k := range barH / 2 {
-				fill(img, image.Rect(end, by+k, end+barH/2-k, by+barH-k), c)
-			}
+			bar = []vg.Point{{X: x0, Y: y - half}, {X: x1 - half, Y: y - half}, {X: x1, Y: y}, {X: x1 - half, Y: y + half}, {X: x0, Y: y + half}}
 		}
-		if b, ok := bound(row.Target); ok {
-			tx := scale(b)
-			fill(img, image.Rect(tx-1, by-3, tx+2, by+barH+3), colBlack)
+		c.FillPolygon(col, c.ClipPolygonXY(bar))
+		if v, ok := bound(row.Target); ok {
+			tx := trX(v)
+			c.StrokeLine2(draw.LineStyle{Color: colBlack, Width: vg.Points(2)}, tx, y-half*1.4, tx, y+half*1.4)
 		}
-		drawText(img, min(end, x1)+barH/2+4, y+(rowH-glyphH*fontScale)/2, num(row.Ratio), fontScale, colBlack)
+		sty := draw.TextStyle{Color: colBlack, Font: font.From(plot.DefaultFont, 8), Handler: plot.DefaultTextHandler, YAlign: draw.YCenter}
+		at := x1 + 4
+		if row.Ratio > chartMaxX { // off the scale: the number inside the arrow
+			sty.Color, sty.XAlign, at = color.White, draw.XRight, x1-half-4
+		}
+		c.FillText(sty, vg.Point{X: at, Y: y}, num(row.Ratio))
 	}
-	// Axis labels.
-	for _, v := range []float64{0, 0.5, 1, 1.5, 2} {
-		s := strconv.FormatFloat(v, 'f', -1, 64)
-		drawText(img, scale(v)-textWidth(s, fontScale)/2, h-bottomPad+10, s, fontScale, colBlack)
-	}
-	return png.Encode(w, img)
 }
 
 // bound parses the number of a target such as "≥ 0.8" or "≤ 1.25".
@@ -105,13 +124,4 @@ func bound(target string) (float64, bool) {
 	}
 	v, err := strconv.ParseFloat(f[1], 64)
 	return v, err == nil
-}
-
-func fill(img *image.RGBA, r image.Rectangle, c color.RGBA) {
-	r = r.Intersect(img.Bounds())
-	for y := r.Min.Y; y < r.Max.Y; y++ {
-		for x := r.Min.X; x < r.Max.X; x++ {
-			img.SetRGBA(x, y, c)
-		}
-	}
 }

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Config configures one `kaas bench` run.
+// Config configures one `kaas-bench` run.
 type Config struct {
 	Goals       []string      // goal names; empty runs every registered goal
 	Duration    time.Duration // per throughput measurement; default 5 s

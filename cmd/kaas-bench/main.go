@@ -1,3 +1,8 @@
+// Command kaas-bench runs the benchmark goals of docs/bench/README.md: kaas
+// (on the data dir and on tmpfs) against kfake and the raw limits of the
+// machine, in one run, and writes docs/bench/REPORT.md and bench.png. It is
+// its own binary so that the broker links neither kfake nor the plotting
+// library.
 package main
 
 import (
@@ -12,18 +17,26 @@ import (
 	"time"
 
 	"github.com/kaas-dev/kaas/internal/bench"
+	"github.com/kaas-dev/kaas/internal/cliflag"
 )
 
-// runBench runs `kaas bench`: flags → bench.Config → bench.Run, then the
-// table to stdout and the report files to --out.
-func runBench(args []string) error {
-	fs := newFlagSet("bench")
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "kaas-bench:", err)
+		os.Exit(1)
+	}
+}
+
+// run is `kaas-bench`: flags → bench.Config → bench.Run, then the table to
+// stdout and the report files to --out. Every flag also reads KAAS_<FLAG>.
+func run(args []string) error {
+	fs := cliflag.New("kaas-bench")
 	var (
 		goals, concurrency, out, dataDir string
 		cpuProfile                       string
 		duration                         time.Duration
 		noTmpfs                          bool
-		common                           commonFlags
+		logFlags                         cliflag.Log
 	)
 	fs.StringVar(&goals, "goals", "", "comma-separated goals to run (default all: "+strings.Join(bench.GoalNames(), ",")+")")
 	fs.DurationVar(&duration, "duration", 5*time.Second, "how long each throughput measurement runs")
@@ -32,11 +45,11 @@ func runBench(args []string) error {
 	fs.StringVar(&dataDir, "data-dir", "", "a directory on the volume under test (default: the system temp dir)")
 	fs.BoolVar(&noTmpfs, "no-tmpfs", false, "skip the kaas-on-tmpfs target")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
-	common.register(fs)
-	if err := fs.parse(args); err != nil {
+	logFlags.Register(fs)
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	log, err := common.logger()
+	log, err := logFlags.Logger()
 	if err != nil {
 		return err
 	}
