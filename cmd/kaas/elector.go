@@ -1,13 +1,10 @@
 package main
 
 import (
-	"github.com/kaas-dev/kaas/internal/cliflag"
-
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -16,9 +13,11 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kaas-dev/kaas/internal/broker"
+	"github.com/kaas-dev/kaas/internal/cliflag"
 	"github.com/kaas-dev/kaas/internal/cluster"
 	"github.com/kaas-dev/kaas/internal/cluster/k8slease"
 	"github.com/kaas-dev/kaas/internal/node"
+	"github.com/kaas-dev/kaas/internal/volume"
 )
 
 // serviceAccountNamespace is where Kubernetes mounts the pod's namespace.
@@ -85,7 +84,7 @@ func (f *electionFlags) leaseElector(bc broker.Config, ttl time.Duration) (*k8sl
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	assignment := filepath.Join(bc.DataDir, "__cluster", "assignment.json")
+	assignment := volume.AssignmentPath(bc.DataDir)
 	return k8slease.New(k8slease.Options{
 		Leases:    client.CoordinationV1(),
 		Namespace: leaseNamespace(f.leaseNamespace),

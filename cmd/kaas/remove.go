@@ -1,15 +1,13 @@
 package main
 
 import (
-	"github.com/kaas-dev/kaas/internal/cliflag"
-
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strconv"
-	"strings"
 
+	"github.com/kaas-dev/kaas/internal/cliflag"
 	"github.com/kaas-dev/kaas/internal/cluster"
+	"github.com/kaas-dev/kaas/internal/volume"
 )
 
 // runRemoveBroker asks the controller to drop a broker's row from
@@ -27,13 +25,13 @@ func runRemoveBroker(args []string) error {
 	if dataDir == "" || id == "" {
 		return errors.New("--data-dir and --id are required")
 	}
-	if n, err := strconv.Atoi(id); err == nil && n >= 0 {
-		id = "kaas-" + strconv.Itoa(n)
+	if n, err := strconv.ParseInt(id, 10, 32); err == nil && n >= 0 {
+		id = volume.BrokerName(int32(n))
 	}
-	if !strings.HasPrefix(id, "kaas-") {
+	if _, ok := volume.ParseBrokerName(id); !ok {
 		return fmt.Errorf("--id %q: want kaas-N or N", id)
 	}
-	a, err := cluster.ReadAssignment(filepath.Join(dataDir, "__cluster", "assignment.json"))
+	a, err := cluster.ReadAssignment(volume.AssignmentPath(dataDir))
 	if err != nil && !errors.Is(err, cluster.ErrNoAssignment) {
 		return err
 	}

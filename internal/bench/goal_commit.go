@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-dev/kaas/internal/volume"
 )
 
 func init() { Register(commitGoal{}) }
@@ -127,7 +129,7 @@ func dropTopic(ctx context.Context, env *Env, t Target, topic string) {
 // largestGroupFile is the size of the largest group file in a kaas data
 // dir (the 1000-partition group's, when it is the largest); 0 if none.
 func largestGroupFile(dataDir string) int64 {
-	dir := filepath.Join(dataDir, "__cluster", "__consumer_offsets")
+	dir := volume.OffsetsDir(dataDir)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return 0

@@ -7,16 +7,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/kaas-dev/kaas/internal/broker"
 	"github.com/kaas-dev/kaas/internal/cluster"
 	"github.com/kaas-dev/kaas/internal/coord"
 	"github.com/kaas-dev/kaas/internal/fsutil"
 	"github.com/kaas-dev/kaas/internal/offsets"
 	"github.com/kaas-dev/kaas/internal/route"
+	"github.com/kaas-dev/kaas/internal/volume"
 )
 
 func init() { Register(ownershipGoal{groups: 10_000, files: 100_000, writes: 20}) }
@@ -100,7 +99,7 @@ func (o ownershipGoal) assignment(ctx context.Context, dir, where string) ([]Row
 	now := time.Now()
 	ids := make([]string, ownBrokers)
 	for i := range ids {
-		ids[i] = "kaas-" + strconv.Itoa(i)
+		ids[i] = volume.BrokerName(int32(i))
 	}
 	all := func(string) bool { return true }
 	groups := make(map[string][]string, ownBrokers)
@@ -143,11 +142,11 @@ func (o ownershipGoal) assignment(ctx context.Context, dir, where string) ([]Row
 		return nil, err
 	}
 
-	folder := filepath.Join(dir, "__cluster")
+	path := volume.AssignmentPath(dir)
+	folder := filepath.Dir(path)
 	if err := os.MkdirAll(folder, 0o755); err != nil {
 		return nil, err
 	}
-	path := filepath.Join(folder, "assignment.json")
 	rawPath := filepath.Join(folder, "bench-raw-1k.json")
 	raw := make([]byte, smallFile)
 	for i := range raw {
@@ -202,7 +201,7 @@ func (o ownershipGoal) assignment(ctx context.Context, dir, where string) ([]Row
 // them and a bare directory read, and removes the files.
 func (o ownershipGoal) retention(ctx context.Context, dir, where string) (Row, error) {
 	const g = ownGoalName
-	odir := broker.OffsetsDir(dir)
+	odir := volume.OffsetsDir(dir)
 	defer os.RemoveAll(odir)
 	if err := os.MkdirAll(odir, 0o755); err != nil {
 		return Row{}, err

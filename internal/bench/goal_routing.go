@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/kaas-dev/kaas/internal/route"
+	"github.com/kaas-dev/kaas/internal/volume"
 )
 
 func init() { Register(routingGoal{}) }
@@ -35,7 +36,7 @@ func (routingGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 	for _, n := range []int{3, 5, 12} {
 		brokers := make([]string, n)
 		for i := range brokers {
-			brokers[i] = fmt.Sprintf("kaas-%d", i)
+			brokers[i] = volume.BrokerName(int32(i))
 		}
 		before := make([]string, len(keys))
 		for i, k := range keys {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kaas-dev/kaas/internal/broker"
 	"github.com/kaas-dev/kaas/internal/offsets"
+	"github.com/kaas-dev/kaas/internal/volume"
 )
 
 func init() { Register(takeoverGoal{}) }
@@ -121,7 +122,7 @@ func (takeoverGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 	if err != nil {
 		return rows, err
 	}
-	if err := writeGroupFiles(ctx, broker.OffsetsDir(dir), files); err != nil {
+	if err := writeGroupFiles(ctx, volume.OffsetsDir(dir), files); err != nil {
 		return rows, err
 	}
 	t0 = time.Now()

@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
@@ -28,6 +27,7 @@ import (
 	"github.com/kaas-dev/kaas/internal/storage"
 	"github.com/kaas-dev/kaas/internal/topics"
 	"github.com/kaas-dev/kaas/internal/txn"
+	"github.com/kaas-dev/kaas/internal/volume"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
 
@@ -193,11 +193,6 @@ type Broker struct {
 	ownCoord  *offsets.Store // the offsets store this broker opened itself, closed with it
 }
 
-// OffsetsDir is where committed offsets live on the volume.
-func OffsetsDir(dataDir string) string {
-	return filepath.Join(dataDir, "__cluster", "__consumer_offsets")
-}
-
 func (b *Broker) now() time.Time { return b.cfg.Now() }
 
 // Coordinator is the group coordinator this broker serves with.
@@ -214,7 +209,7 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("broker: data dir is required")
 	}
-	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "__cluster"), 0o755); err != nil {
+	if err := os.MkdirAll(volume.ClusterDir(cfg.DataDir), 0o755); err != nil {
 		return nil, fmt.Errorf("broker: data dir: %w", err)
 	}
 	log := cfg.Logger.With("broker", cfg.ID)
@@ -229,7 +224,7 @@ func New(cfg Config) (*Broker, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Broker{
 		cfg: cfg, log: log, topics: reg, clusterID: cid,
-		pids:  newPIDAllocator(filepath.Join(cfg.DataDir, "__cluster", "producer-ids"), cfg.ID),
+		pids:  newPIDAllocator(volume.ProducerIDsDir(cfg.DataDir), cfg.ID),
 		parts: map[tp]*partition{}, opening: map[tp]chan struct{}{},
 		ctx: ctx, cancel: cancel,
 	}
@@ -238,7 +233,7 @@ func New(cfg Config) (*Broker, error) {
 	}
 	b.coord = cfg.Coordinator
 	if b.coord == nil {
-		store, err := offsets.Open(offsets.Options{Dir: OffsetsDir(cfg.DataDir), Logger: log})
+		store, err := offsets.Open(offsets.Options{Dir: volume.OffsetsDir(cfg.DataDir), Logger: log})
 		if err != nil {
 			cancel()
 			return nil, err
@@ -248,13 +243,13 @@ func New(cfg Config) (*Broker, error) {
 			gc = *cfg.Group
 		}
 		self := b.self()
-		b.coord = coord.New(coord.Config{Me: fmt.Sprintf("kaas-%d", cfg.ID), Store: store, Logger: log,
+		b.coord = coord.New(coord.Config{Me: volume.BrokerName(cfg.ID), Store: store, Logger: log,
 			Standalone: true, Now: cfg.Now, Group: gc,
-			Self: coord.Broker{ID: fmt.Sprintf("kaas-%d", cfg.ID), NodeID: cfg.ID, Host: self.Host, Port: self.Port}})
+			Self: coord.Broker{ID: volume.BrokerName(cfg.ID), NodeID: cfg.ID, Host: self.Host, Port: self.Port}})
 		b.ownCoord = store
 	}
 	b.txn, err = txn.New(txn.Config{
-		Me: fmt.Sprintf("kaas-%d", cfg.ID), Dir: filepath.Join(cfg.DataDir, "__cluster", "transactions"),
+		Me: volume.BrokerName(cfg.ID), Dir: volume.TransactionsDir(cfg.DataDir),
 		Logger: log, Grant: b.coord.GrantTxn,
 		NewProducerID: b.pids.next, Markers: b, Now: cfg.Now,
 	})
@@ -274,9 +269,12 @@ func (b *Broker) Topics() *topics.Registry { return b.topics }
 // ClusterID is the id shared by every broker on the volume.
 func (b *Broker) ClusterID() string { return b.clusterID }
 
+// clusterIDPrefix starts every cluster id kaas makes.
+const clusterIDPrefix = "kaas-"
+
 // clusterID reads or creates <data>/__cluster/cluster.json.
 func clusterID(dataDir string) (string, error) {
-	path := filepath.Join(dataDir, "__cluster", "cluster.json")
+	path := volume.ClusterIDPath(dataDir)
 	var f struct {
 		ClusterID string `json:"clusterId"`
 	}
@@ -293,7 +291,7 @@ func clusterID(dataDir string) (string, error) {
 		}
 		var id [16]byte
 		_, _ = rand.Read(id[:])
-		f.ClusterID = "kaas-" + hex.EncodeToString(id[:8])
+		f.ClusterID = clusterIDPrefix + hex.EncodeToString(id[:8])
 		data, _ = json.Marshal(f)
 		if err := fsutil.CreateExclusive(path, data); err != nil && !errors.Is(err, fs.ErrExist) {
 			return "", fmt.Errorf("broker: cluster id: %w", err)
@@ -611,10 +609,10 @@ func (b *Broker) removeTopicData(t *topics.Topic) error {
 			b.log.Warn("closing partition failed", "topic", p.topic, "partition", p.index, "err", err)
 		}
 	}
-	dir := filepath.Join(b.cfg.DataDir, t.Name)
+	dir := volume.TopicDir(b.cfg.DataDir, t.Name)
 	// Move the directory aside first so that a topic re-created under the
 	// same name starts from an empty directory at once.
-	trash := filepath.Join(b.cfg.DataDir, "__cluster", "deleted", t.Name+"-"+t.ID.String())
+	trash := filepath.Join(volume.DeletedDir(b.cfg.DataDir), t.Name+"-"+t.ID.String())
 	if err := os.MkdirAll(filepath.Dir(trash), 0o755); err != nil {
 		return err
 	}
@@ -628,5 +626,5 @@ func (b *Broker) removeTopicData(t *topics.Topic) error {
 }
 
 func partitionDir(dataDir, topic string, idx int32) string {
-	return filepath.Join(dataDir, topic, strconv.Itoa(int(idx)))
+	return volume.PartitionDir(dataDir, topic, idx)
 }

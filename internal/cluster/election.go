@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kaas-dev/kaas/internal/fsutil"
+	"github.com/kaas-dev/kaas/internal/volume"
 )
 
 // Election is what an Elector knows after a Tick.
@@ -82,7 +83,7 @@ type electionRecord struct {
 
 // NewFileElector returns the default elector over <dataDir>/__cluster/controller.
 func NewFileElector(dataDir, me string, ttl time.Duration, stopped func(string) bool, log *slog.Logger) (*FileElector, error) {
-	dir := filepath.Join(dataDir, "__cluster", "controller")
+	dir := volume.ControllerDir(dataDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("election: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kaas-dev/kaas/internal/fsutil"
+	"github.com/kaas-dev/kaas/internal/volume"
 )
 
 // Broker report states.
@@ -46,7 +47,7 @@ type Report struct {
 	AppliedVersion int64 `json:"appliedVersion,omitempty"`
 }
 
-func reportsDir(dataDir string) string { return filepath.Join(dataDir, "__cluster", "brokers") }
+func reportsDir(dataDir string) string { return volume.ReportsDir(dataDir) }
 
 func writeReport(dataDir string, r Report) error {
 	data, err := json.Marshal(r)

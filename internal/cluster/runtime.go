@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kaas-dev/kaas/internal/fsutil"
+	"github.com/kaas-dev/kaas/internal/volume"
 )
 
 // Config configures a broker's cluster runtime.
@@ -95,7 +95,7 @@ type Runtime struct {
 	state       atomic.Value // string: running, draining, stopped
 	lastReport  time.Time
 	reportedAt  time.Time // the step start of the last successful report
-	lastStat    fs.FileInfo
+	lastStat    fsutil.Version
 	lastElect   time.Time
 	election    Election
 	removed     map[string]bool
@@ -121,7 +121,7 @@ func New(cfg Config) (*Runtime, error) {
 	_, _ = rand.Read(inc[:])
 	r := &Runtime{
 		cfg: cfg, log: cfg.Logger.With("node", cfg.ID),
-		path:        filepath.Join(cfg.DataDir, "__cluster", "assignment.json"),
+		path:        volume.AssignmentPath(cfg.DataDir),
 		ready:       make(chan struct{}),
 		watch:       newWatcher(),
 		incarnation: hex.EncodeToString(inc[:]),
@@ -390,7 +390,7 @@ func (r *Runtime) poll() bool {
 	if err != nil {
 		return false // missing: keep what we have
 	}
-	if r.lastStat != nil && os.SameFile(st, r.lastStat) && st.ModTime().Equal(r.lastStat.ModTime()) && st.Size() == r.lastStat.Size() {
+	if r.lastStat.Same(st) {
 		return false
 	}
 	a, err := ReadAssignment(r.path)
@@ -398,7 +398,7 @@ func (r *Runtime) poll() bool {
 		r.log.Warn("assignment.json unreadable; keeping the current one", "err", err)
 		return false
 	}
-	r.lastStat = st
+	r.lastStat = fsutil.VersionOf(st)
 	return r.apply(a)
 }
 
@@ -494,7 +494,10 @@ func (r *Runtime) control(now time.Time) {
 		r.log.Error("writing assignment.json failed", "err", err, "epoch", next.ControllerEpoch, "version", next.AssignmentVersion)
 		return
 	}
-	r.lastStat, _ = os.Stat(r.path)
+	r.lastStat = fsutil.Version{}
+	if st, err := os.Stat(r.path); err == nil {
+		r.lastStat = fsutil.VersionOf(st)
+	}
 	if r.apply(next) {
 		if err := r.report(now); err != nil {
 			r.log.Warn("liveness report failed", "err", err)
@@ -510,7 +513,7 @@ func (r *Runtime) control(now time.Time) {
 	}
 }
 
-func removalsDir(dataDir string) string { return filepath.Join(dataDir, "__cluster", "removals") }
+func removalsDir(dataDir string) string { return volume.RemovalsDir(dataDir) }
 
 // RequestRemoval asks the controller to drop broker id's row once it is
 // not alive (the on-purpose removal of a broker from the cluster).

@@ -17,12 +17,13 @@ import (
 	"github.com/kaas-dev/kaas/internal/cluster"
 	"github.com/kaas-dev/kaas/internal/group"
 	"github.com/kaas-dev/kaas/internal/offsets"
+	"github.com/kaas-dev/kaas/internal/volume"
 )
 
 // Regression tests of issue 11: a change of owner never loses, rewinds or
 // serves a stale committed offset.
 
-func offsetsDir(dir string) string { return filepath.Join(dir, "__cluster", "__consumer_offsets") }
+func offsetsDir(dir string) string { return volume.OffsetsDir(dir) }
 
 // newCoordAt is newCoord with a clock for retention decisions.
 func newCoordAt(t *testing.T, dir, me string, now func() time.Time) *Coordinator {

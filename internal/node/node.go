@@ -19,6 +19,7 @@ import (
 	"github.com/kaas-dev/kaas/internal/coord"
 	"github.com/kaas-dev/kaas/internal/group"
 	"github.com/kaas-dev/kaas/internal/offsets"
+	"github.com/kaas-dev/kaas/internal/volume"
 )
 
 // Config is a broker's configuration plus the cluster runtime's timings.
@@ -36,7 +37,7 @@ type Config struct {
 }
 
 // Name is the broker id used in assignment.json for a node id.
-func Name(nodeID int32) string { return "kaas-" + strconv.Itoa(int(nodeID)) }
+func Name(nodeID int32) string { return volume.BrokerName(nodeID) }
 
 // Node is one running broker.
 type Node struct {
@@ -63,7 +64,7 @@ func Start(cfg Config) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	store, err := offsets.Open(offsets.Options{Dir: broker.OffsetsDir(bc.DataDir), Logger: log})
+	store, err := offsets.Open(offsets.Options{Dir: volume.OffsetsDir(bc.DataDir), Logger: log})
 	if err != nil {
 		return nil, err
 	}

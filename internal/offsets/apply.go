@@ -206,12 +206,12 @@ func (s *Store) recheck(g *groupState, batch []*request) error {
 	fi, err := s.fs.Stat(g.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if g.fi.set {
+		if g.fi.IsSet() {
 			return errRaced
 		}
 	case err != nil:
 		return fmt.Errorf("offsets: stat %q: %w", g.id, err)
-	case !sameFile(g.fi, fi):
+	case !g.fi.Same(fi):
 		return errRaced
 	}
 	return nil

@@ -4,7 +4,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"syscall"
 )
 
 // fileSystem is every I/O edge of the store. osFS is the real one; the tests wrap
@@ -77,26 +76,3 @@ func (osFS) ReadFile(path string) ([]byte, fs.FileInfo, error) {
 }
 
 func (osFS) ReadDir(dir string) ([]fs.DirEntry, error) { return os.ReadDir(dir) }
-
-// fileVersion identifies one version of a group file: device, inode, size
-// and modification time. It is kept per resident group instead of the whole
-// fs.FileInfo (which carries a 144-byte stat) to keep idle groups small.
-type fileVersion struct {
-	dev, ino    uint64
-	size, mtime int64
-	set         bool // false: no file
-}
-
-func versionOf(fi fs.FileInfo) fileVersion {
-	v := fileVersion{size: fi.Size(), mtime: fi.ModTime().UnixNano(), set: true}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		v.dev, v.ino = uint64(st.Dev), st.Ino
-	}
-	return v
-}
-
-// sameFile reports whether a stat describes the file version last seen:
-// same file (inode), same size, same modification time.
-func sameFile(a fileVersion, b fs.FileInfo) bool {
-	return a.set && b != nil && a == versionOf(b)
-}

@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-dev/kaas/internal/volume"
 )
 
 // TestCommittedOffsetsSurviveAChangeOfOwner is issue 11 black-box, on three
@@ -43,7 +45,7 @@ func TestCommittedOffsetsSurviveAChangeOfOwner(t *testing.T) {
 	defer fresh.Close()
 
 	t.Run("spec-format group file keeps its offsets", func(t *testing.T) {
-		dir := filepath.Join(c.DataDir, "__cluster", "__consumer_offsets")
+		dir := volume.OffsetsDir(c.DataDir)
 		spec := fmt.Sprintf(`{"offsets":{"%s/0":1042,"%s/1":977},"fence":{"controller_epoch":0,"assignment_version":0}}`, topic, topic)
 		if err := os.WriteFile(filepath.Join(dir, "spec-format.json"), []byte(spec), 0o644); err != nil {
 			t.Fatal(err)
@@ -249,7 +251,7 @@ func testFrozenCoordinator(t *testing.T, ctx context.Context, c *Cluster, fresh 
 // pinnedElsewhere checks that assignment.json holds an explicit entry for
 // group on a broker other than kaas-<not>.
 func pinnedElsewhere(dataDir, group string, not int32) error {
-	data, err := os.ReadFile(filepath.Join(dataDir, "__cluster", "assignment.json"))
+	data, err := os.ReadFile(volume.AssignmentPath(dataDir))
 	if err != nil {
 		return err
 	}

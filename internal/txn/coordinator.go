@@ -78,9 +78,9 @@ type entry struct {
 	id   string
 	path string
 	mu   sync.Mutex
-	rec  *Record     // nil until loaded or created
-	fi   fs.FileInfo // the file as last read or written
-	gone bool        // evicted: look again
+	rec  *Record        // nil until loaded or created
+	fi   fsutil.Version // the file as last read or written
+	gone bool           // evicted: look again
 }
 
 // New returns a Coordinator.
@@ -139,13 +139,13 @@ func (c *Coordinator) lock(id string) (*entry, error) {
 func (c *Coordinator) refresh(e *entry) error {
 	fi, err := os.Stat(e.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		e.rec, e.fi = nil, nil
+		e.rec, e.fi = nil, fsutil.Version{}
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrNotAvailable, err)
 	}
-	if e.fi != nil && os.SameFile(e.fi, fi) && e.fi.ModTime().Equal(fi.ModTime()) && e.fi.Size() == fi.Size() {
+	if e.fi.Same(fi) {
 		return nil
 	}
 	data, err := os.ReadFile(e.path)
@@ -156,7 +156,7 @@ func (c *Coordinator) refresh(e *entry) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrNotAvailable, e.id, err)
 	}
-	e.rec, e.fi = rec, fi
+	e.rec, e.fi = rec, fsutil.VersionOf(fi)
 	return nil
 }
 
@@ -190,7 +190,7 @@ func (c *Coordinator) save(e *entry, rec *Record) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrNotAvailable, err)
 	}
-	e.rec, e.fi = rec, fi
+	e.rec, e.fi = rec, fsutil.VersionOf(fi)
 	return nil
 }
 

@@ -1,0 +1,157 @@
+package offsets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kaas-dev/kaas/internal/fsutil"
+)
+
+// refresh makes the in-memory state equal to the file: it loads the group on
+// first touch, and otherwise re-reads the file only when its identity (inode,
+// size, mtime) differs from the one last read or written.
+func (s *Store) refresh(g *groupState) error {
+	if !g.loaded {
+		return s.load(g)
+	}
+	fi, err := s.fs.Stat(g.path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if !g.fi.IsSet() {
+			return nil
+		}
+		s.log.Info("offsets: group file removed by another writer", "group", g.id)
+		g.st, g.fence, g.onDisk, g.fi, g.txns, g.info, g.unstamped = state{}, Fence{}, false, fsutil.Version{}, nil, Retention{}, false
+		return nil
+	case err != nil:
+		return fmt.Errorf("offsets: stat %q: %w", g.id, err)
+	case g.fi.Same(fi):
+		return nil
+	}
+	s.log.Info("offsets: group file changed by another writer, reloading", "group", g.id)
+	return s.load(g)
+}
+
+// load reads the group's file into memory (an absent file is an empty group).
+func (s *Store) load(g *groupState) error {
+	data, fi, err := s.fs.ReadFile(g.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		g.st, g.fence, g.onDisk, g.fi, g.loaded, g.txns, g.info, g.unstamped = state{}, Fence{}, false, fsutil.Version{}, true, nil, Retention{}, false
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("offsets: read %q: %w", g.id, err)
+	}
+	d, err := decodeFile(data)
+	if err != nil {
+		return fmt.Errorf("offsets: decode %q: %w", g.id, err)
+	}
+	g.st, g.fence, g.onDisk, g.fi, g.loaded, g.txns, g.info = d.st, d.fence, true, fsutil.VersionOf(fi), true, d.txns, d.info
+	g.unstamped = stampMissing(&g.st, g.txns, s.now().UnixMilli())
+	return nil
+}
+
+var bufPool = sync.Pool{New: func() any { return new([]byte) }}
+
+// writeFile writes the group's state with the durable pattern: a temp file with
+// a name unique to this Store and write, fsync, rename over the group file,
+// fsync the directory. renamed reports whether the rename happened.
+func (s *Store) writeFile(g *groupState, recheck func() error) (renamed bool, err error) {
+	bp := bufPool.Get().(*[]byte)
+	data := encodeFile((*bp)[:0], g.id, &g.st, g.fence, g.info, g.txns)
+	defer func() {
+		*bp = data
+		bufPool.Put(bp)
+	}()
+	tmp := filepath.Join(s.dir, s.tmpBase+fmt.Sprint(s.tmpSeq.Add(1)))
+	f, err := s.fs.CreateExcl(tmp)
+	if err != nil {
+		return false, fmt.Errorf("offsets: write %q: %w", g.id, err)
+	}
+	fi, err := writeSync(f, data, s.noSync)
+	if err != nil {
+		s.fs.Remove(tmp)
+		return false, fmt.Errorf("offsets: write %q: %w", g.id, err)
+	}
+	if err := recheck(); err != nil {
+		s.fs.Remove(tmp)
+		return false, err
+	}
+	if err := s.fs.Rename(tmp, g.path); err != nil {
+		s.fs.Remove(tmp)
+		return false, fmt.Errorf("offsets: write %q: rename: %w", g.id, err)
+	}
+	if !s.noSync {
+		if err := s.dirf.Sync(); err != nil {
+			return true, fmt.Errorf("offsets: write %q: sync dir: %w", g.id, err)
+		}
+	}
+	g.fi, g.onDisk = fsutil.VersionOf(fi), true
+	return true, nil
+}
+
+func writeSync(f writeFile, data []byte, noSync bool) (fs.FileInfo, error) {
+	_, err := f.Write(data)
+	if err == nil && !noSync {
+		err = f.Sync()
+	}
+	var fi fs.FileInfo
+	if err == nil {
+		fi, err = f.Stat()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return fi, err
+}
+
+// removeFile removes the group's file durably.
+func (s *Store) removeFile(g *groupState) (removed bool, err error) {
+	err = s.fs.Remove(g.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		err = nil
+	} else if err != nil {
+		return false, fmt.Errorf("offsets: delete %q: %w", g.id, err)
+	}
+	if !s.noSync {
+		if err := s.dirf.Sync(); err != nil {
+			return true, fmt.Errorf("offsets: delete %q: sync dir: %w", g.id, err)
+		}
+	}
+	g.fi, g.onDisk = fsutil.Version{}, false
+	return true, nil
+}
+
+// CleanTemp removes temp files (names starting with ".tmp-") older than age,
+// left behind by crashed writers of any broker. It reads the directory; run it in
+// the background, not at startup. It returns how many it removed.
+func (s *Store) CleanTemp(ctx context.Context, age time.Duration) (int, error) {
+	entries, err := s.fs.ReadDir(s.dir)
+	if err != nil {
+		return 0, fmt.Errorf("offsets: read %s: %w", s.dir, err)
+	}
+	n := 0
+	cutoff := time.Now().Add(-age)
+	for _, de := range entries {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		if !strings.HasPrefix(de.Name(), tempPrefix) {
+			continue
+		}
+		fi, err := de.Info()
+		if err != nil || fi.ModTime().After(cutoff) {
+			continue
+		}
+		if s.fs.Remove(filepath.Join(s.dir, de.Name())) == nil {
+			n++
+		}
+	}
+	return n, nil
+}

@@ -1,0 +1,386 @@
+package offsets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"unicode/utf8"
+)
+
+// Load returns a copy of the group's committed offsets as they are on disk
+// now: the group is loaded on first touch, and a resident copy is checked
+// against the file (and re-read when another broker changed it) before it
+// answers. own is granted first, under the group's lock; a refusal returns
+// its error and leaves no resident copy behind.
+func (s *Store) Load(group string, own Owner) (map[TP]Offset, error) {
+	var out map[TP]Offset
+	err := s.withCurrent(group, own, func(g *groupState) { out = g.st.snapshot() })
+	return out, err
+}
+
+// withCurrent runs fn with the group's state granted, equal to the file, and
+// its lock held.
+func (s *Store) withCurrent(group string, own Owner, fn func(*groupState)) error {
+	if err := validGroup(group); err != nil {
+		return err
+	}
+	for {
+		g, err := s.handle(group)
+		if err != nil {
+			return err
+		}
+		g.mu.Lock()
+		if g.evicted {
+			g.mu.Unlock()
+			continue
+		}
+		if _, err := grant(own); err != nil {
+			s.forget(g, false)
+			g.mu.Unlock()
+			return err
+		}
+		if err := s.refresh(g); err != nil {
+			g.mu.Unlock()
+			return err
+		}
+		fn(g)
+		g.mu.Unlock()
+		return nil
+	}
+}
+
+// forget drops a handle that holds nothing (never loaded, nothing queued),
+// so that a refused request leaves no trace. Called with g.mu held, by the
+// handle's batch writer (writer) or by a reader.
+func (s *Store) forget(g *groupState, writer bool) {
+	if g.loaded {
+		return
+	}
+	g.qmu.Lock()
+	idle := (writer || !g.writing) && len(g.pending) == 0
+	g.qmu.Unlock()
+	if !idle {
+		return
+	}
+	g.evicted = true
+	s.mu.Lock()
+	if s.groups[g.id] == g {
+		delete(s.groups, g.id)
+	}
+	s.mu.Unlock()
+}
+
+// Commit merges offs into the group's full state and returns after a durable
+// write that contains them. See the package documentation and docs/offsets.md.
+func (s *Store) Commit(ctx context.Context, group string, own Owner, offs map[TP]Offset) error {
+	r, err := commitRequest(group, own, offs)
+	if err != nil {
+		return err
+	}
+	return s.submit(ctx, group, r)
+}
+
+func commitRequest(group string, own Owner, offs map[TP]Offset) (*request, error) {
+	if err := validGroup(group); err != nil {
+		return nil, err
+	}
+	clean := make(map[TP]Offset, len(offs))
+	for tp, o := range offs {
+		if tp.Topic == "" || tp.Partition < 0 || !utf8.ValidString(tp.Topic) {
+			return nil, fmt.Errorf("%w: %q/%d", ErrInvalidTopic, tp.Topic, tp.Partition)
+		}
+		o.Metadata = validUTF8(o.Metadata)
+		clean[tp] = o
+	}
+	return &request{kind: opCommit, own: own, offs: clean}, nil
+}
+
+// CommitAsync queues a commit behind those already queued for the group and
+// returns at once; the returned wait reports its outcome after the fsync
+// that covers it. Commits queued in order are applied in order, so a caller
+// that must keep the order of its requests (one client connection) queues
+// them one after another and waits later: pipelined commits then share
+// durable writes.
+func (s *Store) CommitAsync(group string, own Owner, offs map[TP]Offset) (wait func(context.Context) error, err error) {
+	r, err := commitRequest(group, own, offs)
+	if err != nil {
+		return nil, err
+	}
+	return s.enqueue(group, r)
+}
+
+// Delete removes tps from the group (OffsetDelete) durably.
+func (s *Store) Delete(ctx context.Context, group string, own Owner, tps []TP) error {
+	if err := validGroup(group); err != nil {
+		return err
+	}
+	return s.submit(ctx, group, &request{kind: opDelete, own: own, tps: tps})
+}
+
+// DeleteGroup removes the group's file durably and forgets its offsets. existed
+// reports whether the group had a file or offsets.
+func (s *Store) DeleteGroup(ctx context.Context, group string, own Owner) (existed bool, err error) {
+	if err := validGroup(group); err != nil {
+		return false, err
+	}
+	r := &request{kind: opDeleteGroup, own: own}
+	err = s.submit(ctx, group, r)
+	return r.existed, err
+}
+
+// Expire applies offsets retention (KIP-211) at now (ms) with the group's
+// stored Retention (docs/offsets.md, "Retention"); members reports whether
+// the group has members on the calling broker. It returns how many offsets
+// it removed.
+func (s *Store) Expire(ctx context.Context, group string, own Owner, now int64, retentionMs int64, members bool) (removed int, err error) {
+	if err := validGroup(group); err != nil {
+		return 0, err
+	}
+	r := &request{kind: opExpire, own: own, now: now, retention: retentionMs, members: members}
+	err = s.submit(ctx, group, r)
+	return r.removed, err
+}
+
+// Exists reports whether the group has a file on disk now.
+func (s *Store) Exists(group string) (bool, error) {
+	if err := validGroup(group); err != nil {
+		return false, err
+	}
+	_, err := s.fs.Stat(filepath.Join(s.dir, FileName(group)))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("offsets: stat %q: %w", group, err)
+	}
+	return true, nil
+}
+
+// Evict forgets the group's in-memory state (the group moved away). A write in
+// flight finishes first; requests still queued are resubmitted on a fresh handle,
+// which reloads from disk.
+func (s *Store) Evict(group string) {
+	s.mu.Lock()
+	g := s.groups[group]
+	s.mu.Unlock()
+	if g == nil {
+		return
+	}
+	// Mark first, then unlink: no fresh handle can load the file while this one
+	// still has a write in flight.
+	g.mu.Lock()
+	g.evicted = true
+	g.st = state{}
+	s.mu.Lock()
+	if s.groups[group] == g {
+		delete(s.groups, group)
+	}
+	s.mu.Unlock()
+	g.mu.Unlock()
+}
+
+// Resident returns the ids of the groups loaded in memory, in no order.
+func (s *Store) Resident() []string {
+	s.mu.Lock()
+	gs := make([]*groupState, 0, len(s.groups))
+	for _, g := range s.groups {
+		gs = append(gs, g)
+	}
+	s.mu.Unlock()
+	out := make([]string, 0, len(gs))
+	for _, g := range gs {
+		g.mu.Lock()
+		if g.loaded && !g.evicted {
+			out = append(out, g.id)
+		}
+		g.mu.Unlock()
+	}
+	return out
+}
+
+// DeleteTopic removes every offset of topic from every group file in the
+// directory. fence returns the stamp to write a group with; ok=false skips the
+// group (this broker does not coordinate it). Groups that were not resident are
+// evicted again afterwards. It reads the directory and the files that are not
+// resident; it returns the first error after trying every group.
+func (s *Store) DeleteTopic(ctx context.Context, topic string, owner func(group string) (Owner, bool)) error {
+	entries, err := s.fs.ReadDir(s.dir)
+	if err != nil {
+		return fmt.Errorf("offsets: read %s: %w", s.dir, err)
+	}
+	var first error
+	for _, de := range entries {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		name := de.Name()
+		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, fileSuffix) {
+			continue
+		}
+		path := filepath.Join(s.dir, name)
+		group, ok := GroupFromFileName(name)
+		var disk *decoded // the file's content when already read
+		if !ok {          // hashed name: the id is in the file
+			d, err := s.readDecoded(path)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				first = cmpErr(first, err)
+				continue
+			}
+			if !d.hasGroup || FileName(d.group) != name {
+				continue // not a group file of this store
+			}
+			group, disk = d.group, &d
+		}
+		s.mu.Lock()
+		g := s.groups[group]
+		s.mu.Unlock()
+		resident := false
+		if g != nil {
+			g.mu.Lock()
+			resident = g.loaded && !g.evicted
+			has := resident && g.st.topics[topic] != nil
+			g.mu.Unlock()
+			if resident && !has {
+				continue
+			}
+		}
+		if !resident {
+			if disk == nil {
+				d, err := s.readDecoded(path)
+				if errors.Is(err, fs.ErrNotExist) {
+					continue
+				}
+				if err != nil {
+					first = cmpErr(first, err)
+					continue
+				}
+				disk = &d
+			}
+			if disk.st.topics[topic] == nil {
+				continue
+			}
+		}
+		own, mine := owner(group)
+		if !mine {
+			continue
+		}
+		err := s.submit(ctx, group, &request{kind: opDeleteTopic, own: own, topic: topic})
+		if err != nil {
+			first = cmpErr(first, err)
+		}
+		if !resident {
+			s.Evict(group)
+		}
+	}
+	return first
+}
+
+// Groups lists every group that has an offsets file in the directory
+// (hashed long names are resolved by reading the id stored in the file).
+// It scans the directory: for listings and retention, not request paths.
+func (s *Store) Groups() ([]string, error) {
+	entries, err := s.fs.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("offsets: read %s: %w", s.dir, err)
+	}
+	out := make([]string, 0, len(entries))
+	for _, de := range entries {
+		name := de.Name()
+		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, fileSuffix) {
+			continue
+		}
+		group, ok := GroupFromFileName(name)
+		if !ok {
+			d, err := s.readDecoded(filepath.Join(s.dir, name))
+			if err != nil || !d.hasGroup || FileName(d.group) != name {
+				continue
+			}
+			group = d.group
+		}
+		out = append(out, group)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func (s *Store) readDecoded(path string) (decoded, error) {
+	data, _, err := s.fs.ReadFile(path)
+	if err != nil {
+		return decoded{}, err
+	}
+	d, err := decodeFile(data)
+	if err != nil {
+		return decoded{}, fmt.Errorf("offsets: decode %s: %w", filepath.Base(path), err)
+	}
+	return d, nil
+}
+
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// Stage durably records transactional offsets of producer pid (a
+// TxnOffsetCommit). A later epoch of the producer replaces what an earlier
+// one staged.
+func (s *Store) Stage(ctx context.Context, group string, own Owner, pid int64, st Staged) error {
+	if err := validGroup(group); err != nil {
+		return err
+	}
+	for tp := range st.Offsets {
+		if tp.Topic == "" || !utf8.ValidString(tp.Topic) || tp.Partition < 0 {
+			return fmt.Errorf("%w: %q/%d", ErrInvalidTopic, tp.Topic, tp.Partition)
+		}
+	}
+	return s.submit(ctx, group, &request{kind: opStage, own: own, pid: pid, staged: st})
+}
+
+// EndTxn ends producer pid's staged offsets: commit makes them committed
+// offsets in the same durable write, abort drops them. found reports whether
+// anything was staged.
+func (s *Store) EndTxn(ctx context.Context, group string, own Owner, pid int64, commit bool) (found bool, err error) {
+	if err := validGroup(group); err != nil {
+		return false, err
+	}
+	r := &request{kind: opEndTxn, own: own, pid: pid, commit: commit}
+	err = s.submit(ctx, group, r)
+	return r.existed, err
+}
+
+// StagedTxns returns the staged transactional offsets of a group by
+// producer id, as they are on disk now (see Load).
+func (s *Store) StagedTxns(group string, own Owner) (map[int64]Staged, error) {
+	var out map[int64]Staged
+	err := s.withCurrent(group, own, func(g *groupState) { out = cloneTxns(g.txns) })
+	return out, err
+}
+
+// SetRetention records what retention needs to know of the group's
+// membership (a write only when it differs from the stored one). Like
+// CommitAsync it queues at once, in call order, and the returned wait
+// reports the outcome after the durable write.
+func (s *Store) SetRetention(group string, own Owner, info Retention) (wait func(context.Context) error, err error) {
+	if err := validGroup(group); err != nil {
+		return nil, err
+	}
+	info.Subscribed = slices.Clone(info.Subscribed)
+	slices.Sort(info.Subscribed)
+	return s.enqueue(group, &request{kind: opSetRetention, own: own, info: info})
+}
+
+// GroupRetention returns the group's stored Retention (see Load).
+func (s *Store) GroupRetention(group string, own Owner) (Retention, error) {
+	var out Retention
+	err := s.withCurrent(group, own, func(g *groupState) { out = g.info })
+	return out, err
+}
