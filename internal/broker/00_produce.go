@@ -6,7 +6,6 @@ package broker
 
 import (
 	"context"
-	"errors"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -15,36 +14,6 @@ import (
 	"github.com/kaas-dev/kaas/internal/storage"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
-
-// storageError maps storage and broker errors to Kafka error codes.
-func storageError(err error) *kerr.Error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, errUnknownTopic):
-		return kerr.UnknownTopicOrPartition
-	case errors.Is(err, errNotLeader), errors.Is(err, storage.ErrFenced), errors.Is(err, storage.ErrClosed):
-		return kerr.NotLeaderForPartition
-	case errors.Is(err, errNoLeader):
-		return kerr.LeaderNotAvailable
-	case errors.Is(err, storage.ErrCorrupt):
-		return kerr.CorruptMessage
-	case errors.Is(err, storage.ErrInvalidRecord):
-		return kerr.InvalidRecord
-	case errors.Is(err, storage.ErrTooLarge):
-		return kerr.MessageTooLarge
-	case errors.Is(err, storage.ErrOutOfOrderSequence):
-		return kerr.OutOfOrderSequenceNumber
-	case errors.Is(err, storage.ErrInvalidProducerEpoch):
-		return kerr.InvalidProducerEpoch
-	case errors.Is(err, storage.ErrUnsupportedMagic):
-		return kerr.UnsupportedForMessageFormat
-	case errors.Is(err, storage.ErrOffsetOutOfRange):
-		return kerr.OffsetOutOfRange
-	default:
-		return kerr.KafkaStorageError
-	}
-}
 
 func (b *Broker) handleProduce(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.ProduceRequest)
@@ -99,7 +68,7 @@ func (b *Broker) handleProduce(_ context.Context, c *conn, req wire.Request) fun
 				} else {
 					c.log.Info("produce refused", "topic", rt.Topic, "partition", rp.Partition, "error", e.Message, "err", err)
 				}
-				setErr(e, err.Error())
+				setErr(e, clientMessage(e, err))
 				continue
 			}
 			sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = res.BaseOffset, res.LogAppendTime, res.LogStartOffset
@@ -131,7 +100,7 @@ func (b *Broker) handleProduce(_ context.Context, c *conn, req wire.Request) fun
 						b.log.Error("produce: sync failed", "topic", s.p.topic, "partition", s.p.index, "err", err)
 					}
 					s.out.ErrorCode = e.Code
-					msg := err.Error()
+					msg := clientMessage(e, err)
 					s.out.ErrorMessage = &msg
 					s.out.BaseOffset = -1
 				}

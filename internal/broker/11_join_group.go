@@ -44,7 +44,7 @@ func (b *Broker) handleJoinGroup(ctx context.Context, c *conn, req wire.Request)
 	return func() kmsg.Response {
 		select {
 		case res := <-ch:
-			resp.ErrorCode, resp.Generation, resp.MemberID = res.Err, res.Generation, res.MemberID
+			resp.ErrorCode, resp.Generation, resp.MemberID = int16(res.Err), res.Generation, res.MemberID
 			resp.ProtocolType, resp.Protocol, resp.LeaderID = res.ProtocolType, res.Protocol, res.Leader
 			resp.SkipAssignment = res.SkipAssignment
 			if r.Version < 7 && resp.Protocol == nil {

@@ -18,7 +18,7 @@ func (b *Broker) handleHeartbeat(_ context.Context, c *conn, req wire.Request) f
 	if err != nil {
 		resp.ErrorCode = coordError(err).Code
 	} else {
-		resp.ErrorCode = res.Err
+		resp.ErrorCode = int16(res.Err)
 	}
 	return now(resp)
 }

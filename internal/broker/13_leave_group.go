@@ -32,10 +32,10 @@ func (b *Broker) handleLeaveGroup(_ context.Context, c *conn, req wire.Request) 
 		resp.ErrorCode = coordError(err).Code
 		return now(resp)
 	}
-	resp.ErrorCode = res.Err
+	resp.ErrorCode = int16(res.Err)
 	if r.Version >= 3 {
 		for _, m := range res.Members {
-			resp.Members = append(resp.Members, kmsg.LeaveGroupResponseMember{MemberID: m.MemberID, InstanceID: m.InstanceID, ErrorCode: m.Err})
+			resp.Members = append(resp.Members, kmsg.LeaveGroupResponseMember{MemberID: m.MemberID, InstanceID: m.InstanceID, ErrorCode: int16(m.Err)})
 		}
 	}
 	return now(resp)

@@ -31,7 +31,7 @@ func (b *Broker) handleSyncGroup(ctx context.Context, c *conn, req wire.Request)
 	return func() kmsg.Response {
 		select {
 		case res := <-ch:
-			resp.ErrorCode, resp.ProtocolType, resp.Protocol = res.Err, res.ProtocolType, res.Protocol
+			resp.ErrorCode, resp.ProtocolType, resp.Protocol = int16(res.Err), res.ProtocolType, res.Protocol
 			resp.MemberAssignment = res.Assignment
 			if resp.MemberAssignment == nil {
 				resp.MemberAssignment = []byte{}

@@ -281,8 +281,11 @@ func clusterID(dataDir string) (string, error) {
 	for range 3 {
 		data, err := os.ReadFile(path)
 		if err == nil {
-			if err := json.Unmarshal(data, &f); err != nil || f.ClusterID == "" {
-				return "", fmt.Errorf("broker: %s is unreadable: %v", path, err)
+			if err := json.Unmarshal(data, &f); err != nil {
+				return "", fmt.Errorf("broker: %s is unreadable: %w", path, err)
+			}
+			if f.ClusterID == "" {
+				return "", fmt.Errorf("broker: %s holds no clusterId", path)
 			}
 			return f.ClusterID, nil
 		}

@@ -4,18 +4,23 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-dev/kaas/internal/storage"
 )
 
 // Regression tests of issue 12: no client can take a broker down.
@@ -246,4 +251,19 @@ func TestRequestBytesInFlightAreBounded(t *testing.T) {
 		t.Fatal("the stalled large request kept its connection")
 	}
 	_, _ = io.Copy(io.Discard, hog)
+}
+
+func TestClientMessagesShowNoFilePaths(t *testing.T) {
+	disk := fmt.Errorf("storage: append orders/0: %w", &os.PathError{Op: "write", Path: "/data/orders/0/00000000000000000000.log", Err: syscall.ENOSPC})
+	for _, err := range []error{disk, fmt.Errorf("offsets: write %q: %w", "g", &os.PathError{Op: "rename", Path: "/data/__cluster/x", Err: syscall.EIO})} {
+		for _, e := range []*kerr.Error{storageError(err), coordError(err)} {
+			if msg := clientMessage(e, err); strings.Contains(msg, "/data") {
+				t.Errorf("%s: client message %q shows a path", e.Message, msg)
+			}
+		}
+	}
+	refusal := fmt.Errorf("%w: record of 2000000 bytes", storage.ErrTooLarge)
+	if e := storageError(refusal); clientMessage(e, refusal) != refusal.Error() {
+		t.Errorf("a refusal's explanation was dropped: %q", clientMessage(e, refusal))
+	}
 }

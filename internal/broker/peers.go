@@ -83,7 +83,7 @@ func retryMarkers(ctx context.Context, what string, attempt func(context.Context
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
+			return fmt.Errorf("%s: %w (last error: %w)", what, ctx.Err(), err)
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, time.Second)

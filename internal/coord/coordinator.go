@@ -32,9 +32,9 @@ var (
 )
 
 // CodeError carries a Kafka error code decided by the group state machine.
-type CodeError int16
+type CodeError group.Code
 
-func (c CodeError) Error() string { return fmt.Sprintf("coord: group error code %d", int16(c)) }
+func (c CodeError) Error() string { return "coord: group error " + group.Code(c).String() }
 
 // Config configures a Coordinator.
 type Config struct {

@@ -10,30 +10,36 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
-// Kafka error codes the group answers with: the wire codes (kerr; a test
-// checks they agree).
+// Code is a Kafka error code the group answers with: the wire code (kerr;
+// a test checks they agree). ErrNone is success.
+type Code int16
+
+// String is the code's Kafka name ("NONE" for 0).
+func (c Code) String() string { return ErrName(c) }
+
+// The codes the group answers with.
 const (
-	ErrNone                      int16 = 0
-	ErrCoordinatorNotAvailable   int16 = 15
-	ErrNotCoordinator            int16 = 16
-	ErrIllegalGeneration         int16 = 22
-	ErrInconsistentGroupProtocol int16 = 23
-	ErrInvalidGroupID            int16 = 24
-	ErrUnknownMemberID           int16 = 25
-	ErrInvalidSessionTimeout     int16 = 26
-	ErrRebalanceInProgress       int16 = 27
-	ErrNonEmptyGroup             int16 = 68
-	ErrMemberIDRequired          int16 = 79
-	ErrGroupMaxSizeReached       int16 = 81
-	ErrFencedInstanceID          int16 = 82
+	ErrNone                      Code = 0
+	ErrCoordinatorNotAvailable   Code = 15
+	ErrNotCoordinator            Code = 16
+	ErrIllegalGeneration         Code = 22
+	ErrInconsistentGroupProtocol Code = 23
+	ErrInvalidGroupID            Code = 24
+	ErrUnknownMemberID           Code = 25
+	ErrInvalidSessionTimeout     Code = 26
+	ErrRebalanceInProgress       Code = 27
+	ErrNonEmptyGroup             Code = 68
+	ErrMemberIDRequired          Code = 79
+	ErrGroupMaxSizeReached       Code = 81
+	ErrFencedInstanceID          Code = 82
 )
 
 // ErrName returns the Kafka name of an error code ("NONE" for 0).
-func ErrName(code int16) string {
+func ErrName(code Code) string {
 	if code == 0 {
 		return "NONE"
 	}
-	if e := kerr.ErrorForCode(code); e != nil {
+	if e := kerr.ErrorForCode(int16(code)); e != nil {
 		if ke, ok := e.(*kerr.Error); ok {
 			return ke.Message
 		}
@@ -143,7 +149,7 @@ type JoinMember struct {
 // JoinResult is a JoinGroup response.
 type JoinResult struct {
 	Ref          any
-	Err          int16
+	Err          Code
 	MemberID     string
 	Generation   int32   // -1 on error
 	ProtocolType *string // v7+; nil on error
@@ -176,7 +182,7 @@ type SyncInput struct {
 // SyncResult is a SyncGroup response.
 type SyncResult struct {
 	Ref          any
-	Err          int16
+	Err          Code
 	ProtocolType *string // v5+; nil on error
 	Protocol     *string // v5+; nil on error
 	Assignment   []byte
@@ -193,7 +199,7 @@ type HeartbeatInput struct {
 // HeartbeatResult is a Heartbeat response.
 type HeartbeatResult struct {
 	Ref any
-	Err int16
+	Err Code
 }
 
 // LeaveMember is one member leaving. v0–2 carry exactly one with a member id
@@ -216,14 +222,14 @@ type LeaveInput struct {
 type LeaveMemberResult struct {
 	MemberID   string
 	InstanceID *string
-	Err        int16
+	Err        Code
 }
 
 // LeaveResult is a LeaveGroup response. For v0–2 Err is the single member's
 // error and Members should not be encoded.
 type LeaveResult struct {
 	Ref     any
-	Err     int16
+	Err     Code
 	Members []LeaveMemberResult
 }
 

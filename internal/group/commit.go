@@ -9,13 +9,13 @@ import "time"
 //
 // A group that does not exist at all is the shell's case: Kafka allows a
 // simple commit (generation < 0) and answers ILLEGAL_GENERATION otherwise.
-func (g *Group) CheckCommit(now time.Time, in CommitCheck) (int16, Output) {
+func (g *Group) CheckCommit(now time.Time, in CommitCheck) (Code, Output) {
 	g.begin(now)
 	code := g.checkCommit(in)
 	return code, g.end()
 }
 
-func (g *Group) checkCommit(in CommitCheck) int16 {
+func (g *Group) checkCommit(in CommitCheck) Code {
 	if g.state == Dead {
 		return ErrNotCoordinator
 	}

@@ -245,11 +245,11 @@ func (g *Group) transition(to State) error {
 
 // ---- responses ----
 
-func (g *Group) joinErr(ref any, memberID string, code int16) {
+func (g *Group) joinErr(ref any, memberID string, code Code) {
 	g.out.Joins = append(g.out.Joins, JoinResult{Ref: ref, Err: code, MemberID: memberID, Generation: -1})
 }
 
-func (g *Group) syncErr(ref any, code int16) {
+func (g *Group) syncErr(ref any, code Code) {
 	g.out.Syncs = append(g.out.Syncs, SyncResult{Ref: ref, Err: code})
 }
 
@@ -285,14 +285,14 @@ func (g *Group) joinOK(ref any, memberID, leader string, withMembers, skip bool)
 }
 
 // answerJoins answers every parked JoinGroup of m with an error.
-func (g *Group) failJoins(m *member, memberID string, code int16) {
+func (g *Group) failJoins(m *member, memberID string, code Code) {
 	for _, ref := range m.joins {
 		g.joinErr(ref, memberID, code)
 	}
 	m.joins = nil
 }
 
-func (g *Group) failSyncs(m *member, code int16) {
+func (g *Group) failSyncs(m *member, code Code) {
 	for _, ref := range m.syncs {
 		g.syncErr(ref, code)
 	}
@@ -303,7 +303,7 @@ func (g *Group) failSyncs(m *member, code int16) {
 
 // validateMember is Kafka's validateCurrentMember: the instance id, when
 // given, must map to memberID; the member must exist.
-func (g *Group) validateMember(memberID string, instanceID *string) int16 {
+func (g *Group) validateMember(memberID string, instanceID *string) Code {
 	if instanceID != nil {
 		cur, ok := g.static[*instanceID]
 		if !ok {

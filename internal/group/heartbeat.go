@@ -9,7 +9,7 @@ func (g *Group) Heartbeat(now time.Time, in HeartbeatInput) Output {
 	return g.end()
 }
 
-func (g *Group) heartbeat(in HeartbeatInput) int16 {
+func (g *Group) heartbeat(in HeartbeatInput) Code {
 	if g.state == Dead {
 		return ErrNotCoordinator
 	}

@@ -22,7 +22,7 @@ func (g *Group) Leave(now time.Time, in LeaveInput) Output {
 	return g.end()
 }
 
-func (g *Group) leave(lm LeaveMember) int16 {
+func (g *Group) leave(lm LeaveMember) Code {
 	reason := withReason("LeaveGroup", lm.Reason)
 	if lm.MemberID == "" {
 		if lm.InstanceID == nil {

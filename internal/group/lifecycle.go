@@ -20,9 +20,9 @@ func (g *Group) Unload() Output {
 // Delete is DeleteGroups: allowed only for an Empty group (else
 // NON_EMPTY_GROUP), which becomes Dead (pending member ids are dropped).
 // A Dead group answers NOT_COORDINATOR, as it does to every input.
-func (g *Group) Delete() (int16, Output) {
+func (g *Group) Delete() (Code, Output) {
 	g.begin(time.Time{})
-	var code int16
+	var code Code
 	switch g.state {
 	case Dead:
 		code = ErrNotCoordinator
@@ -34,7 +34,7 @@ func (g *Group) Delete() (int16, Output) {
 	return code, g.end()
 }
 
-func (g *Group) kill(code int16, reason string) {
+func (g *Group) kill(code Code, reason string) {
 	for _, id := range g.order {
 		m := g.members[id]
 		g.failJoins(m, id, code)

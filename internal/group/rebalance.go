@@ -52,7 +52,7 @@ func (g *Group) prepareRebalance(reason string) {
 
 // resetAssignments clears every assignment and answers parked SyncGroups
 // with code (Kafka's resetAndPropagateAssignmentError).
-func (g *Group) resetAssignments(code int16) {
+func (g *Group) resetAssignments(code Code) {
 	for _, id := range g.order {
 		m := g.members[id]
 		m.assignment = nil

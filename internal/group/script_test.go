@@ -305,7 +305,7 @@ func (r *runner) exec(line string) []string {
 		if v, ok := kv["g"]; ok {
 			in.Generation = i32(v)
 		}
-		var code int16
+		var code Code
 		code, out = r.g.CheckCommit(s.now, in)
 		lines = append(lines, "commit: "+ErrName(code))
 	case "tick":
@@ -338,7 +338,7 @@ func (r *runner) exec(line string) []string {
 	case "unload":
 		out = r.g.Unload()
 	case "delete":
-		var code int16
+		var code Code
 		code, out = r.g.Delete()
 		lines = append(lines, "delete: "+ErrName(code))
 	case "state":

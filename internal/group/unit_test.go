@@ -7,7 +7,7 @@ import (
 )
 
 func TestErrorCodesMatchKerr(t *testing.T) {
-	for code, e := range map[int16]*kerr.Error{
+	for code, e := range map[Code]*kerr.Error{
 		ErrCoordinatorNotAvailable:   kerr.CoordinatorNotAvailable,
 		ErrNotCoordinator:            kerr.NotCoordinator,
 		ErrIllegalGeneration:         kerr.IllegalGeneration,
@@ -21,7 +21,7 @@ func TestErrorCodesMatchKerr(t *testing.T) {
 		ErrGroupMaxSizeReached:       kerr.GroupMaxSizeReached,
 		ErrFencedInstanceID:          kerr.FencedInstanceID,
 	} {
-		if code != e.Code {
+		if int16(code) != e.Code {
 			t.Errorf("%s: have %d, kerr %d", e.Message, code, e.Code)
 		}
 		if ErrName(code) != e.Message {

@@ -143,18 +143,18 @@ func (c *Coordinator) refresh(e *entry) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrNotAvailable, err)
+		return fmt.Errorf("%w: %w", ErrNotAvailable, err)
 	}
 	if e.fi.Same(fi) {
 		return nil
 	}
 	data, err := os.ReadFile(e.path)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrNotAvailable, err)
+		return fmt.Errorf("%w: %w", ErrNotAvailable, err)
 	}
 	rec, err := decodeRecord(data)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrNotAvailable, e.id, err)
+		return fmt.Errorf("%w: %s: %w", ErrNotAvailable, e.id, err)
 	}
 	e.rec, e.fi = rec, fsutil.VersionOf(fi)
 	return nil
@@ -184,11 +184,11 @@ func (c *Coordinator) save(e *entry, rec *Record) error {
 		return fmt.Errorf("txn: encode %s: %w", e.id, err)
 	}
 	if err := fsutil.WriteFile(e.path, data); err != nil {
-		return fmt.Errorf("%w: write %s: %v", ErrNotAvailable, e.id, err)
+		return fmt.Errorf("%w: write %s: %w", ErrNotAvailable, e.id, err)
 	}
 	fi, err := os.Stat(e.path)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrNotAvailable, err)
+		return fmt.Errorf("%w: %w", ErrNotAvailable, err)
 	}
 	e.rec, e.fi = rec, fsutil.VersionOf(fi)
 	return nil
@@ -217,7 +217,7 @@ func (c *Coordinator) InitProducerID(ctx context.Context, id string, timeout tim
 	if e.rec == nil {
 		p, err := c.cfg.NewProducerID()
 		if err != nil {
-			return InitResult{}, fmt.Errorf("%w: %v", ErrNotAvailable, err)
+			return InitResult{}, fmt.Errorf("%w: %w", ErrNotAvailable, err)
 		}
 		rec := &Record{TransactionalID: id, ProducerID: p, ProducerEpoch: 0, TimeoutMs: int32(timeout.Milliseconds()), State: Empty, StartedAt: now}
 		if err := c.save(e, rec); err != nil {
@@ -244,7 +244,7 @@ func (c *Coordinator) InitProducerID(ctx context.Context, id string, timeout tim
 	if rec.ProducerEpoch >= math.MaxInt16-1 {
 		p, err := c.cfg.NewProducerID()
 		if err != nil {
-			return InitResult{}, fmt.Errorf("%w: %v", ErrNotAvailable, err)
+			return InitResult{}, fmt.Errorf("%w: %w", ErrNotAvailable, err)
 		}
 		rec.ProducerID, rec.ProducerEpoch = p, 0
 	} else {
@@ -292,12 +292,12 @@ func (c *Coordinator) complete(ctx context.Context, e *entry) error {
 	commit := rec.State == PrepareCommit
 	if len(rec.Partitions) > 0 {
 		if err := c.cfg.Markers.Partitions(ctx, rec.ProducerID, rec.ProducerEpoch, commit, rec.Partitions); err != nil {
-			return fmt.Errorf("%w: markers for %s: %v", ErrConcurrent, e.id, err)
+			return fmt.Errorf("%w: markers for %s: %w", ErrConcurrent, e.id, err)
 		}
 	}
 	if len(rec.Groups) > 0 {
 		if err := c.cfg.Markers.Groups(ctx, rec.ProducerID, rec.ProducerEpoch, commit, rec.Groups); err != nil {
-			return fmt.Errorf("%w: group markers for %s: %v", ErrConcurrent, e.id, err)
+			return fmt.Errorf("%w: group markers for %s: %w", ErrConcurrent, e.id, err)
 		}
 	}
 	done := rec.clone()

@@ -104,7 +104,7 @@ func Decode(frame []byte) (Request, error) {
 		return Request{Header: h}, fmt.Errorf("%w: %s v%d header", ErrMalformed, Name(h.Key), h.Version)
 	}
 	if err := body.ReadFrom(r.Src); err != nil {
-		return Request{Header: h}, fmt.Errorf("%w: %s v%d: %v", ErrMalformed, Name(h.Key), h.Version, err)
+		return Request{Header: h}, fmt.Errorf("%w: %s v%d: %w", ErrMalformed, Name(h.Key), h.Version, err)
 	}
 	return Request{Header: h, Body: body}, nil
 }
