@@ -64,7 +64,30 @@ func Compute(in Inputs) *Assignment {
 		Brokers:         []BrokerRow{},
 		Partitions:      []PartitionRow{},
 	}
-	// Rows.
+	rows := computeRows(in, prev)
+	for _, r := range rows {
+		next.Brokers = append(next.Brokers, r)
+	}
+	alive := func(id string) bool { r, ok := rows[id]; return ok && r.Health == Alive }
+	var aliveIDs []string
+	for id := range rows {
+		if alive(id) {
+			aliveIDs = append(aliveIDs, id)
+		}
+	}
+	sort.Strings(aliveIDs)
+	next.Partitions = computePartitions(in, prev, alive, aliveIDs)
+	next.ConsumerGroups = computeGroups(in, prev, rows, alive, aliveIDs)
+	next.sortRows()
+	if in.Prev != nil && sameContent(in.Prev, next) {
+		return nil
+	}
+	next.AssignmentVersion = prev.AssignmentVersion + 1
+	return next
+}
+
+// computeRows is the broker rows of the next assignment (see Compute).
+func computeRows(in Inputs, prev *Assignment) map[string]BrokerRow {
 	rows := map[string]BrokerRow{}
 	for _, r := range prev.Brokers {
 		rows[r.ID] = r
@@ -95,19 +118,13 @@ func Compute(in Inputs) *Assignment {
 			delete(rows, id)
 		}
 	}
-	for _, r := range rows {
-		next.Brokers = append(next.Brokers, r)
-	}
-	alive := func(id string) bool { r, ok := rows[id]; return ok && r.Health == Alive }
-	var aliveIDs []string
-	for id := range rows {
-		if alive(id) {
-			aliveIDs = append(aliveIDs, id)
-		}
-	}
-	sort.Strings(aliveIDs)
+	return rows
+}
 
-	// Partitions.
+// computePartitions is the partition rows of the next assignment (see
+// Compute).
+func computePartitions(in Inputs, prev *Assignment, alive func(string) bool, aliveIDs []string) []PartitionRow {
+	out := []PartitionRow{}
 	type key struct {
 		topic string
 		p     int32
@@ -127,7 +144,7 @@ func Compute(in Inputs) *Assignment {
 				row = PartitionRow{Topic: t.Name, Partition: p, Epoch: -1, Role: "leader"}
 			}
 			if ok && alive(row.Broker) {
-				next.Partitions = append(next.Partitions, row)
+				out = append(out, row)
 				load[row.Broker]++
 				continue
 			}
@@ -137,7 +154,7 @@ func Compute(in Inputs) *Assignment {
 	for _, row := range orphans {
 		if len(aliveIDs) == 0 {
 			if row.Broker != "" {
-				next.Partitions = append(next.Partitions, row) // keep; nobody can lead
+				out = append(out, row) // keep; nobody can lead
 			}
 			continue
 		}
@@ -150,10 +167,16 @@ func Compute(in Inputs) *Assignment {
 		row.Broker = best
 		row.Epoch++
 		load[best]++
-		next.Partitions = append(next.Partitions, row)
+		out = append(out, row)
 	}
 
-	// Groups.
+	return out
+}
+
+// computeGroups is the explicit group entries of the next assignment (see
+// Compute).
+func computeGroups(in Inputs, prev *Assignment, rows map[string]BrokerRow, alive func(string) bool, aliveIDs []string) []GroupRow {
+	var out []GroupRow
 	ids := make([]string, 0, len(rows))
 	for id := range rows {
 		ids = append(ids, id)
@@ -169,7 +192,7 @@ func Compute(in Inputs) *Assignment {
 	}
 	for _, g := range prev.ConsumerGroups {
 		if alive(g.Broker) && active[g.Broker][g.GroupID] && !placed[g.GroupID] {
-			next.ConsumerGroups = append(next.ConsumerGroups, g)
+			out = append(out, g)
 			placed[g.GroupID] = true
 		}
 	}
@@ -179,17 +202,12 @@ func Compute(in Inputs) *Assignment {
 				continue
 			}
 			if c, ok := route.Coordinator(g, ids, alive); ok && c == id {
-				next.ConsumerGroups = append(next.ConsumerGroups, GroupRow{GroupID: g, Broker: id, Epoch: in.Epoch})
+				out = append(out, GroupRow{GroupID: g, Broker: id, Epoch: in.Epoch})
 				placed[g] = true
 			}
 		}
 	}
-	next.sortRows()
-	if in.Prev != nil && sameContent(in.Prev, next) {
-		return nil
-	}
-	next.AssignmentVersion = prev.AssignmentVersion + 1
-	return next
+	return out
 }
 
 // sameContent compares two assignments ignoring version, time and lastSeen.
