@@ -78,10 +78,16 @@ func (b *Broker) handleCreateTopics(ctx context.Context, c *conn, req wire.Reque
 			case errors.Is(err, topics.ErrInvalidCount):
 				fail(kerr.InvalidPartitions, err.Error())
 			case errors.Is(err, topics.ErrInvalidConfig):
-				fail(kerr.InvalidConfig, err.Error())
+				// Kafka's own words ("Invalid value 1 for configuration
+				// segment.bytes: Value must be at least 1048576").
+				msg := err.Error()
+				if ce := (*topics.ConfigError)(nil); errors.As(err, &ce) {
+					msg = ce.Error()
+				}
+				fail(kerr.InvalidConfig, msg)
 			default:
 				b.log.Error("creating topic failed", "topic", rt.Topic, "err", err)
-				fail(kerr.UnknownServerError, err.Error())
+				fail(kerr.UnknownServerError, clientMessage(kerr.UnknownServerError, err)) // no volume paths to clients
 			}
 			resp.Topics = append(resp.Topics, st)
 			continue
@@ -128,27 +134,60 @@ type topicConfig struct {
 	source      int8 // kmsg.ConfigSource
 }
 
+// topicDefault is the broker's default for a topic config kaas acts on,
+// with the broker config Kafka names it by.
+type topicDefault struct {
+	name, brokerName, value string
+}
+
+// topicDefaults lists the defaults of the topic configs kaas acts on: the
+// one place that pairs them with Config's fields and Kafka's broker names.
+func (c *Config) topicDefaults() []topicDefault {
+	return []topicDefault{
+		{"cleanup.policy", "log.cleanup.policy", "delete"},
+		{"max.message.bytes", "message.max.bytes", strconv.Itoa(int(c.DefaultMaxMessageBytes))},
+		{"message.timestamp.type", "log.message.timestamp.type", "CreateTime"},
+		{"retention.bytes", "log.retention.bytes", strconv.FormatInt(c.DefaultRetentionBytes, 10)},
+		{"retention.ms", "log.retention.ms", strconv.FormatInt(c.DefaultRetentionMs, 10)},
+		{"segment.bytes", "log.segment.bytes", strconv.FormatInt(c.DefaultSegmentBytes, 10)},
+	}
+}
+
+// validateTopicDefaults checks the broker's topic defaults with the bounds of
+// the topic configs they stand for, and names the broker config in the
+// error ("Invalid value 1 for configuration log.segment.bytes: ..."), as a
+// Kafka broker refuses to start with such a value. Call after setDefaults.
+func (c *Config) validateTopicDefaults() error {
+	for _, d := range c.topicDefaults() {
+		err := topics.ValidateConfig(d.name, d.value)
+		if err == nil {
+			continue
+		}
+		if ce := (*topics.ConfigError)(nil); errors.As(err, &ce) {
+			named := *ce
+			named.Name = d.brokerName
+			err = &named
+		}
+		return fmt.Errorf("broker: topic default: %w", err)
+	}
+	return nil
+}
+
 // topicConfigs is a topic's effective configs: every config set on it, and
 // the defaults of the configs kaas acts on.
 func (b *Broker) topicConfigs(t *topics.Topic) []topicConfig {
-	defaults := map[string]string{
-		"cleanup.policy":         "delete",
-		"max.message.bytes":      strconv.Itoa(int(b.cfg.DefaultMaxMessageBytes)),
-		"message.timestamp.type": "CreateTime",
-		"retention.bytes":        strconv.FormatInt(b.cfg.DefaultRetentionBytes, 10),
-		"retention.ms":           strconv.FormatInt(b.cfg.DefaultRetentionMs, 10),
-		"segment.bytes":          strconv.FormatInt(b.cfg.DefaultSegmentBytes, 10),
-	}
 	var out []topicConfig
-	for name, v := range defaults {
-		src := int8(kmsg.ConfigSourceDefaultConfig)
-		if set, ok := t.Configs[name]; ok {
+	defaults := map[string]bool{}
+	for _, d := range b.cfg.topicDefaults() {
+		defaults[d.name] = true
+		v, src := d.value, int8(kmsg.ConfigSourceDefaultConfig)
+		if set, ok := t.Configs[d.name]; ok {
 			v, src = set, int8(kmsg.ConfigSourceDynamicTopicConfig)
 		}
-		out = append(out, topicConfig{name, v, src})
+		out = append(out, topicConfig{d.name, v, src})
 	}
 	for name, v := range t.Configs {
-		if _, ok := defaults[name]; !ok {
+		if !defaults[name] {
 			out = append(out, topicConfig{name, v, int8(kmsg.ConfigSourceDynamicTopicConfig)})
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -15,18 +16,21 @@ import (
 	"github.com/kaas-dev/kaas/internal/wire"
 )
 
+// brokerConfigs lists this broker's settings: its own, and the topic
+// defaults under their broker names (log.segment.bytes, ...).
 func (b *Broker) brokerConfigs() []topicConfig {
 	static := int8(kmsg.ConfigSourceStaticBrokerConfig)
-	return []topicConfig{
+	out := []topicConfig{
 		{"auto.create.topics.enable", strconv.FormatBool(b.cfg.AutoCreateTopics), static},
 		{"broker.id", strconv.Itoa(int(b.cfg.ID)), static},
-		{"log.retention.bytes", strconv.FormatInt(b.cfg.DefaultRetentionBytes, 10), static},
-		{"log.retention.ms", strconv.FormatInt(b.cfg.DefaultRetentionMs, 10), static},
-		{"log.segment.bytes", strconv.FormatInt(b.cfg.DefaultSegmentBytes, 10), static},
-		{"message.max.bytes", strconv.Itoa(int(b.cfg.DefaultMaxMessageBytes)), static},
 		{"num.partitions", strconv.Itoa(int(b.cfg.DefaultPartitions)), static},
 		{"socket.request.max.bytes", strconv.Itoa(int(b.cfg.MaxFrame)), static},
 	}
+	for _, d := range b.cfg.topicDefaults() {
+		out = append(out, topicConfig{d.brokerName, d.value, static})
+	}
+	slices.SortFunc(out, func(a, b topicConfig) int { return strings.Compare(a.name, b.name) })
+	return out
 }
 
 func (b *Broker) handleDescribeConfigs(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {

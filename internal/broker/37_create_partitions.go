@@ -3,7 +3,8 @@ package broker
 // CreatePartitions: versions 0-3. Served by the controller only (clients
 // send it there; others answer NOT_CONTROLLER), so the topic file has one
 // writer. Partitions can only be added; placement hints are ignored (the
-// controller places leaders).
+// controller places leaders). The request carries no configs: the topic keeps
+// the ones checked against Kafka's bounds when it was created.
 
 import (
 	"context"
@@ -48,7 +49,7 @@ func (b *Broker) handleCreatePartitions(ctx context.Context, c *conn, req wire.R
 				fail(kerr.InvalidPartitions, err.Error())
 			case err != nil:
 				b.log.Error("adding partitions failed", "topic", rt.Topic, "err", err)
-				fail(kerr.UnknownServerError, err.Error())
+				fail(kerr.UnknownServerError, clientMessage(kerr.UnknownServerError, err)) // no volume paths to clients
 			case !r.ValidateOnly:
 				b.log.Info("partitions added", "topic", rt.Topic, "partitions", t.Partitions)
 				grown = append(grown, t)

@@ -206,6 +206,9 @@ type tp struct {
 // New opens the broker's state on the data dir. Call Serve to accept clients.
 func New(cfg Config) (*Broker, error) {
 	cfg.setDefaults()
+	if err := cfg.validateTopicDefaults(); err != nil {
+		return nil, err
+	}
 	if cfg.DataDir == "" {
 		return nil, errors.New("broker: data dir is required")
 	}
@@ -615,7 +618,9 @@ func (b *Broker) removeTopicData(t *topics.Topic) error {
 	dir := volume.TopicDir(b.cfg.DataDir, t.Name)
 	// Move the directory aside first so that a topic re-created under the
 	// same name starts from an empty directory at once.
-	trash := filepath.Join(volume.DeletedDir(b.cfg.DataDir), t.Name+"-"+t.ID.String())
+	// Named by the topic's id alone: a name of up to 249 characters plus
+	// the id would pass the file system's 255-byte limit.
+	trash := filepath.Join(volume.DeletedDir(b.cfg.DataDir), t.ID.String())
 	if err := os.MkdirAll(filepath.Dir(trash), 0o755); err != nil {
 		return err
 	}

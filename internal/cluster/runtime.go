@@ -300,7 +300,7 @@ func (r *Runtime) step(ctx context.Context, now time.Time) {
 		r.fresh.Store(&at)
 	}
 	if r.leader.Load() {
-		r.control(now)
+		r.control(ctx, now)
 	}
 }
 
@@ -446,7 +446,7 @@ func (r *Runtime) logChanges(prev, next *Assignment) {
 }
 
 // control computes and writes the next assignment. Runs on the loop.
-func (r *Runtime) control(now time.Time) {
+func (r *Runtime) control(ctx context.Context, now time.Time) {
 	r.readRemovals()
 	obs := map[string]Observed{}
 	for id, rep := range r.watch.last {
@@ -481,7 +481,7 @@ func (r *Runtime) control(now time.Time) {
 		next.AssignmentVersion = prev.AssignmentVersion + 1
 	}
 	// Still the controller? A higher epoch on disk means we were replaced.
-	if el, err := r.cfg.Elector.Tick(context.Background(), now); err != nil || !el.Leader || el.Epoch != next.ControllerEpoch {
+	if el, err := r.cfg.Elector.Tick(ctx, now); err != nil || !el.Leader || el.Epoch != next.ControllerEpoch {
 		r.leader.Store(false)
 		return
 	}

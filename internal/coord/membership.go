@@ -118,7 +118,9 @@ func (m *membership) apply(out group.Output) {
 			old.t.Stop()
 		}
 		key, seq := a.Key, a.Seq
-		m.timers[key] = armed{t: time.AfterFunc(time.Until(a.At), func() { m.c.fire(m.s, m, key, seq) }), seq: seq}
+		// The delay is measured on the coordinator's clock, the one the core
+		// decided with.
+		m.timers[key] = armed{t: time.AfterFunc(a.At.Sub(m.c.cfg.Now()), func() { m.c.fire(m.s, m, key, seq) }), seq: seq}
 	}
 	for _, ev := range out.Events {
 		level := slog.LevelInfo

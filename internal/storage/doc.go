@@ -59,5 +59,20 @@
 //     abort, 1 commit), value = version int16 (0) + coordinator epoch int32,
 //     as Kafka writes them.
 //
+// # Open files
+//
+// A Log holds one descriptor of its own: its active segment's .log, open for
+// writing while the segment is active. Every closed segment's .log and
+// .index are opened read-only on demand through a FilePool (Options.Files;
+// by default one pool of DefaultMaxOpenFiles shared by every Log of the
+// process) that keeps the most recently used ones open and closes the least
+// recently used beyond its bound; a read that finds its file closed reopens
+// it. A file evicted while a read is using it is closed when that read ends.
+// So the descriptors of a process are bounded by the pool size plus one per
+// open Log, whatever the number of segments. A file reopened must be the one
+// the Log first opened (same inode): one replaced or removed meanwhile (by a
+// newer leader's retention, or the topic deleted and created again) fails
+// the read with ErrFenced.
+//
 // docs/storage.md explains the takeover ordering that makes the fence safe.
 package storage

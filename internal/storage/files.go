@@ -276,7 +276,7 @@ func readIndexFile(path string) ([]indexEntry, error) {
 }
 
 // readFull reads len(b) bytes at off or fails.
-func readFull(f *os.File, b []byte, off int64) error {
+func readFull(f io.ReaderAt, b []byte, off int64) error {
 	n, err := f.ReadAt(b, off)
 	if n == len(b) {
 		return nil

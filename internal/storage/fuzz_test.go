@@ -53,7 +53,7 @@ func checkFuzzAppend(t *testing.T, l *Log, in, good []byte) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	seg := l.active()
-	res, err := scanSegment(seg.log, seg.base, fileSize(t, seg.log.Name()), defaultIndexInterval, l.minEpoch)
+	res, err := scanSegment(seg.log.w(), seg.base, fileSize(t, seg.log.path), defaultIndexInterval, l.minEpoch)
 	if err != nil || res.stop != "" || res.end != l.EndOffset() {
 		t.Fatalf("segment on disk: %+v %v, leo %d", res, err, l.EndOffset())
 	}

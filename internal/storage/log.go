@@ -32,6 +32,9 @@ type Options struct {
 	LeaderEpoch     int32            // the epoch the opener leads with; Open performs the takeover
 	Logger          *slog.Logger     // nil = discard
 	Now             func() time.Time // nil = time.Now
+	// Files holds the descriptors of closed segments; nil = the process-wide
+	// pool of DefaultMaxOpenFiles shared by every Log (see FilePool).
+	Files *FilePool
 
 	indexInterval int64 // bytes between index entries; 0 = 4 KiB (tests shrink it)
 }
@@ -48,6 +51,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Files == nil {
+		o.Files = defaultFilePool
 	}
 	if o.indexInterval <= 0 {
 		o.indexInterval = defaultIndexInterval
@@ -73,7 +79,7 @@ type AppendResult struct {
 // concurrent use.
 //
 // Lock order: mu, then syncMu, then fenceMu; Sync never holds syncMu while
-// taking mu.
+// taking mu. The FilePool's lock comes after all of them.
 type Log struct {
 	dir    string
 	epoch  int32
@@ -183,8 +189,8 @@ func (l *Log) open() error {
 		return err
 	}
 	// Whatever the recovery kept is made durable before it is readable.
-	if err := active.log.Sync(); err != nil {
-		return fmt.Errorf("storage: fsync %s: %w", active.log.Name(), err)
+	if err := active.log.w().Sync(); err != nil {
+		return fmt.Errorf("storage: fsync %s: %w", active.log.path, err)
 	}
 	l.hw.Store(active.end)
 
@@ -256,11 +262,17 @@ func (l *Log) loadSegments(lso int64, takeover bool) error {
 	}
 
 	// The last segment may have a torn tail (crash) or be the active segment
-	// of a live, deposed leader: scan all of it.
+	// of a live, deposed leader: scan all of it. Unless sealed, it is opened
+	// for writing: it stays active, or this leader fsyncs it before sealing.
 	last := l.active()
+	if !last.sealed {
+		if err := l.pin(last); err != nil {
+			return err
+		}
+	}
 	if takeover && !last.sealed {
-		if err := last.log.Sync(); err != nil {
-			return fmt.Errorf("storage: fsync %s: %w", last.log.Name(), err)
+		if err := last.log.w().Sync(); err != nil {
+			return fmt.Errorf("storage: fsync %s: %w", last.log.path, err)
 		}
 	}
 	if last != fullyScanned || takeover {
@@ -268,9 +280,9 @@ func (l *Log) loadSegments(lso int64, takeover bool) error {
 			return err
 		}
 	}
-	fi, err := last.log.Stat()
+	fileSize, err := last.fileSize()
 	if err != nil {
-		return fmt.Errorf("storage: stat %s: %w", last.log.Name(), err)
+		return err
 	}
 
 	switch {
@@ -280,13 +292,13 @@ func (l *Log) loadSegments(lso int64, takeover bool) error {
 		}
 		return l.newActive(last.end)
 	case takeover:
-		if fi.Size() > last.size {
+		if fileSize > last.size {
 			l.logger.Warn("storage: sealing the previous leader's segment before a torn or foreign tail",
-				"segment", last.base, "offset", last.end, "bytes", fi.Size()-last.size)
+				"segment", last.base, "offset", last.end, "bytes", fileSize-last.size)
 		}
 		if last.size == 0 {
 			// A seal of length 0 would collide with the new segment's name.
-			last.log.Close()
+			last.retire()
 			l.segs = l.segs[:len(l.segs)-1]
 			l.strayFile(segmentName(last.base, logSuffix), "empty segment of a previous leader")
 			return l.newActive(last.base)
@@ -301,10 +313,10 @@ func (l *Log) loadSegments(lso int64, takeover bool) error {
 		}
 		return l.newActive(last.end)
 	default:
-		if fi.Size() > last.size {
-			l.logger.Warn("storage: truncating torn tail", "segment", last.base, "offset", last.end, "bytes", fi.Size()-last.size)
-			if err := last.log.Truncate(last.size); err != nil {
-				return fmt.Errorf("storage: truncate %s: %w", last.log.Name(), err)
+		if fileSize > last.size {
+			l.logger.Warn("storage: truncating torn tail", "segment", last.base, "offset", last.end, "bytes", fileSize-last.size)
+			if err := last.log.w().Truncate(last.size); err != nil {
+				return fmt.Errorf("storage: truncate %s: %w", last.log.path, err)
 			}
 		}
 		// It stays active: its index lives in memory; drop a stale file.
@@ -313,58 +325,97 @@ func (l *Log) loadSegments(lso int64, takeover bool) error {
 	}
 }
 
-// openSegment opens <base>.log, applies its seal and recovers its summary,
-// from the index when it checks out, else by a full scan (scanned=true).
+// openSegment opens <base>.log as a closed segment (its file in the pool),
+// applies its seal and recovers its summary, from the index when it checks
+// out, else by a full scan (scanned=true).
 func (l *Log) openSegment(base int64) (seg *segment, scanned bool, err error) {
-	path := filepath.Join(l.dir, segmentName(base, logSuffix))
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	s := &segment{base: base, log: l.opts.Files.file(filepath.Join(l.dir, segmentName(base, logSuffix))), maxTs: math.MinInt64}
+	defer func() {
+		if err != nil {
+			s.retire()
+		}
+	}()
+	f, err := s.log.acquire()
 	if err != nil {
-		return nil, false, fmt.Errorf("storage: open %s: %w", path, err)
+		return nil, false, err
 	}
+	defer s.log.release()
 	fi, err := f.Stat()
 	if err != nil {
-		f.Close()
-		return nil, false, fmt.Errorf("storage: stat %s: %w", path, err)
+		return nil, false, fmt.Errorf("storage: stat %s: %w", s.log.path, err)
 	}
-	seg = &segment{base: base, log: f, size: fi.Size(), maxTs: math.MinInt64}
+	s.size = fi.Size()
 	seal, ok, err := readSeal(l.dir, base)
 	if err != nil {
-		f.Close()
 		return nil, false, err
 	}
 	if ok {
-		seg.sealed = true
-		if seal.Length > seg.size {
-			l.logger.Error("storage: sealed segment is shorter than its seal", "segment", base, "seal", seal.Length, "bytes", seg.size)
+		s.sealed = true
+		if seal.Length > s.size {
+			l.logger.Error("storage: sealed segment is shorter than its seal", "segment", base, "seal", seal.Length, "bytes", s.size)
 		}
-		seg.size = min(seg.size, seal.Length)
+		s.size = min(s.size, seal.Length)
 	}
 	entries, ierr := readIndexFile(filepath.Join(l.dir, segmentName(base, indexSuffix)))
 	if ierr == nil {
-		if end, maxTs, ok := walkIndexed(f, base, seg.size, entries, l.minEpoch); ok {
-			seg.end, seg.maxTs, seg.mem = end, maxTs, entries
-			return seg, false, nil
+		if end, maxTs, ok := walkIndexed(f, base, s.size, entries, l.minEpoch); ok {
+			s.end, s.maxTs, s.mem = end, maxTs, entries
+			return s, false, nil
 		}
 	}
-	if err := l.rescan(seg); err != nil {
-		f.Close()
+	if err := l.rescan(s); err != nil {
 		return nil, false, err
 	}
-	return seg, true, nil
+	return s, true, nil
+}
+
+// pin reopens a segment's .log for writing and holds it open: the segment
+// becomes (or may become) the active one.
+func (l *Log) pin(seg *segment) error {
+	if seg.log.isPinned() {
+		return nil
+	}
+	path := seg.log.path
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("storage: open %s: %w", path, err)
+	}
+	seg.log.retire()
+	seg.log = l.opts.Files.pinned(path, f)
+	return nil
+}
+
+// fileSize is the current size of the segment's .log on disk.
+func (s *segment) fileSize() (int64, error) {
+	f, err := s.log.acquire()
+	if err != nil {
+		return 0, err
+	}
+	defer s.log.release()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("storage: stat %s: %w", s.log.path, err)
+	}
+	return fi.Size(), nil
 }
 
 // rescan fully scans seg up to its size (or file size if larger and not
 // sealed), setting size, end, maxTs and the in-memory index.
 func (l *Log) rescan(seg *segment) error {
+	f, err := seg.log.acquire()
+	if err != nil {
+		return err
+	}
+	defer seg.log.release()
 	limit := seg.size
 	if !seg.sealed {
-		fi, err := seg.log.Stat()
+		fi, err := f.Stat()
 		if err != nil {
-			return fmt.Errorf("storage: stat %s: %w", seg.log.Name(), err)
+			return fmt.Errorf("storage: stat %s: %w", seg.log.path, err)
 		}
 		limit = fi.Size()
 	}
-	res, err := scanSegment(seg.log, seg.base, limit, l.opts.indexInterval, l.minEpoch)
+	res, err := scanSegment(f, seg.base, limit, l.opts.indexInterval, l.minEpoch)
 	if err != nil {
 		return err
 	}
@@ -373,28 +424,35 @@ func (l *Log) rescan(seg *segment) error {
 			"bytes", limit-res.valid, "reason", res.stop)
 	}
 	seg.size, seg.end, seg.maxTs, seg.mem = res.valid, res.end, res.maxTs, res.entries
+	if seg.idx != nil {
+		seg.idx.retire()
+	}
 	seg.idx, seg.nIdx = nil, 0
 	return nil
 }
 
 // closeSegment turns seg into a closed segment: its log is fsynced and its
-// index written durably (if it was in memory) and opened for reading.
+// index written durably (if it was in memory); from then on both files are
+// the pool's, opened on demand.
 func (l *Log) closeSegment(seg *segment) error {
 	if seg.idx != nil {
 		return nil
 	}
-	if err := seg.log.Sync(); err != nil {
-		return fmt.Errorf("storage: fsync %s: %w", seg.log.Name(), err)
+	f, err := seg.log.acquire()
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	seg.log.release()
+	if err != nil {
+		return fmt.Errorf("storage: fsync %s: %w", seg.log.path, err)
 	}
 	name := segmentName(seg.base, indexSuffix)
 	if err := writeFileAtomic(l.dir, name, encodeIndex(seg.mem)); err != nil {
 		return err
 	}
-	idx, err := os.Open(filepath.Join(l.dir, name))
-	if err != nil {
-		return fmt.Errorf("storage: open %s: %w", name, err)
-	}
-	seg.idx, seg.nIdx, seg.mem = idx, len(seg.mem), nil
+	seg.idx, seg.nIdx, seg.mem = l.opts.Files.file(filepath.Join(l.dir, name)), len(seg.mem), nil
+	seg.log.unpin()
 	return nil
 }
 
@@ -420,7 +478,7 @@ func (l *Log) newActive(base int64) error {
 		f.Close()
 		return err
 	}
-	l.segs = append(l.segs, &segment{base: base, end: base, maxTs: math.MinInt64, log: f})
+	l.segs = append(l.segs, &segment{base: base, end: base, maxTs: math.MinInt64, log: l.opts.Files.pinned(path, f)})
 	return nil
 }
 
@@ -662,10 +720,10 @@ func (l *Log) Append(records []byte, o AppendOptions) (AppendResult, error) {
 		}
 		seg = l.active()
 	}
-	if n, err := seg.log.WriteAt(buf, seg.size); err != nil {
-		err = fmt.Errorf("storage: write %s: %w", seg.log.Name(), err)
+	if n, err := seg.log.w().WriteAt(buf, seg.size); err != nil {
+		err = fmt.Errorf("storage: write %s: %w", seg.log.path, err)
 		if n > 0 {
-			if terr := seg.log.Truncate(seg.size); terr != nil {
+			if terr := seg.log.w().Truncate(seg.size); terr != nil {
 				l.broken = fmt.Errorf("storage: %s unusable after a failed write: %w", l.dir, terr)
 			}
 		}
@@ -762,14 +820,20 @@ func (l *Log) fsyncActive() (int64, error) {
 		l.mu.RUnlock()
 		return 0, ErrClosed
 	}
-	f, covered := l.active().log, l.leo.Load()
+	// Held until the fsync ends: a roll or Close meanwhile leaves it open.
+	file, covered := l.active().log, l.leo.Load()
+	f, err := file.acquire()
 	l.mu.RUnlock()
+	if err != nil {
+		return 0, err
+	}
+	defer file.release()
 	if l.syncHook != nil {
 		l.syncHook()
 	}
 	l.fsyncs.Add(1)
 	if err := f.Sync(); err != nil {
-		return 0, fmt.Errorf("storage: fsync %s: %w", f.Name(), err)
+		return 0, fmt.Errorf("storage: fsync %s: %w", file.path, err)
 	}
 	return covered, nil
 }
@@ -842,8 +906,8 @@ func (l *Log) read(offset int64, maxBytes int, minOne, committed bool) ([]byte, 
 		n = first.size()
 	}
 	buf := make([]byte, n)
-	if err := readFull(seg.log, buf, pos); err != nil {
-		return nil, fmt.Errorf("storage: read %s: %w", seg.log.Name(), err)
+	if err := seg.readAt(buf, pos); err != nil {
+		return nil, fmt.Errorf("storage: read %s: %w", seg.log.path, err)
 	}
 	cut := int64(0)
 	for cut+logOverhead <= n {
@@ -897,7 +961,7 @@ func (l *Log) refine(seg *segment, pos int64, h *batchHeader, want func(int64) b
 		return h.BaseOffset, h.MaxTimestamp
 	}
 	b := make([]byte, h.size())
-	if readFull(seg.log, b, pos) != nil {
+	if seg.readAt(b, pos) != nil {
 		return h.BaseOffset, h.MaxTimestamp
 	}
 	off, t := h.BaseOffset, h.MaxTimestamp
@@ -1008,10 +1072,7 @@ func (l *Log) EnforceRetention() (deleted int, err error) {
 	k := sort.Search(len(l.aborted), func(i int) bool { return l.aborted[i].LastOffset >= newStart })
 	l.aborted = append([]AbortedTxn(nil), l.aborted[k:]...)
 	for _, s := range l.segs[:n] {
-		s.log.Close()
-		if s.idx != nil {
-			s.idx.Close()
-		}
+		s.retire()
 		l.removeSegmentFiles(s.base)
 		l.logger.Info("storage: retention deleted segment", "segment", s.base, "end", s.end, "bytes", s.size)
 	}
@@ -1082,10 +1143,7 @@ func (l *Log) writeSnapshot() error {
 
 func (l *Log) closeFiles() {
 	for _, s := range l.segs {
-		s.log.Close()
-		if s.idx != nil {
-			s.idx.Close()
-		}
+		s.retire()
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"sort"
 )
 
@@ -17,19 +16,40 @@ type indexEntry struct {
 }
 
 // segment is one <base>.log with its index and summary. Guarded by Log.mu
-// (reads under RLock, changes under Lock); its files are read with ReadAt.
+// (reads under RLock, changes under Lock). Its files are FilePool files: the
+// active segment's .log is pinned open for writing; a closed segment's files
+// are opened on demand and may be closed by the pool between reads.
 type segment struct {
 	base   int64
 	end    int64 // next offset after the last batch (== base when empty)
 	size   int64 // bytes of whole batches: the limit every reader respects
 	maxTs  int64 // largest batch maxTimestamp, math.MinInt64 when empty
 	sealed bool  // a .seal file bounds it: never written again
-	log    *os.File
-	// The active segment keeps its index in mem (idx == nil); a closed one
-	// reads nIdx entries from idx on demand.
+	log    *poolFile
+	// The active segment keeps its index in mem (idx == nil), and so does a
+	// closed segment whose index was read at Open; a segment closed by a
+	// roll reads nIdx entries from idx on demand.
 	mem  []indexEntry
-	idx  *os.File
+	idx  *poolFile
 	nIdx int
+}
+
+// readAt reads len(b) bytes of the segment's .log at off.
+func (s *segment) readAt(b []byte, off int64) error {
+	f, err := s.log.acquire()
+	if err != nil {
+		return err
+	}
+	defer s.log.release()
+	return readFull(f, b, off)
+}
+
+// retire drops the segment's files (removed by retention, or the Log closed).
+func (s *segment) retire() {
+	s.log.retire()
+	if s.idx != nil {
+		s.idx.retire()
+	}
 }
 
 func (s *segment) numEntries() int {
@@ -39,37 +59,53 @@ func (s *segment) numEntries() int {
 	return s.nIdx
 }
 
-func (s *segment) entry(i int) (indexEntry, error) {
+// indexReader returns a reader of index entries, and a release to call when
+// done with it (the index file stays open in between).
+func (s *segment) indexReader() (entry func(i int) (indexEntry, error), release func(), err error) {
 	if s.idx == nil {
-		return s.mem[i], nil
+		return func(i int) (indexEntry, error) { return s.mem[i], nil }, func() {}, nil
 	}
-	var b [indexEntrySize]byte
-	if err := readFull(s.idx, b[:], int64(i)*indexEntrySize); err != nil {
-		return indexEntry{}, fmt.Errorf("storage: read index of segment %d: %w", s.base, err)
+	f, err := s.idx.acquire()
+	if err != nil {
+		return nil, nil, fmt.Errorf("storage: index of segment %d: %w", s.base, err)
 	}
-	return decodeIndexEntry(b[:]), nil
+	return func(i int) (indexEntry, error) {
+		var b [indexEntrySize]byte
+		if err := readFull(f, b[:], int64(i)*indexEntrySize); err != nil {
+			return indexEntry{}, fmt.Errorf("storage: read index of segment %d: %w", s.base, err)
+		}
+		return decodeIndexEntry(b[:]), nil
+	}, s.idx.release, nil
 }
 
 // search returns the last entry for which before(entry) holds (entries are
 // ordered so that before is true on a prefix), or the first entry.
 func (s *segment) search(before func(indexEntry) bool) (indexEntry, error) {
-	var err error
+	first := indexEntry{offset: s.base, maxTsBefore: math.MinInt64}
 	n := s.numEntries()
+	if n == 0 {
+		return first, nil
+	}
+	entry, release, err := s.indexReader()
+	if err != nil {
+		return first, err
+	}
+	defer release()
 	i := sort.Search(n, func(i int) bool {
-		e, eerr := s.entry(i)
+		e, eerr := entry(i)
 		if eerr != nil {
 			err = eerr
 			return true
 		}
 		return !before(e)
 	})
-	if err != nil || n == 0 {
-		return indexEntry{offset: s.base, maxTsBefore: math.MinInt64}, err
+	if err != nil {
+		return first, err
 	}
 	if i > 0 {
 		i--
 	}
-	return s.entry(i)
+	return entry(i)
 }
 
 func (s *segment) readHeader(pos int64) (batchHeader, error) {
@@ -77,7 +113,7 @@ func (s *segment) readHeader(pos int64) (batchHeader, error) {
 	if pos+batchHeaderSize > s.size {
 		return batchHeader{}, fmt.Errorf("storage: segment %d: %w: header at %d past %d", s.base, ErrCorrupt, pos, s.size)
 	}
-	if err := readFull(s.log, b[:], pos); err != nil {
+	if err := s.readAt(b[:], pos); err != nil {
 		return batchHeader{}, fmt.Errorf("storage: segment %d: read at %d: %w", s.base, pos, err)
 	}
 	h := parseHeader(b[:])
@@ -140,7 +176,7 @@ type scanResult struct {
 // scanSegment reads f[0:limit) batch by batch, checking framing, magic, CRC,
 // offset contiguity from base and the epoch rule (minEpoch), and builds the
 // index. It stops at the first batch that fails; everything before is valid.
-func scanSegment(f *os.File, base, limit, interval int64, minEpoch func(int64) int32) (scanResult, error) {
+func scanSegment(f io.ReaderAt, base, limit, interval int64, minEpoch func(int64) int32) (scanResult, error) {
 	res := scanResult{end: base, maxTs: math.MinInt64}
 	r := bufio.NewReaderSize(io.NewSectionReader(f, 0, limit), 256<<10)
 	var buf []byte
@@ -200,7 +236,7 @@ func scanSegment(f *os.File, base, limit, interval int64, minEpoch func(int64) i
 // walkIndexed checks a closed segment cheaply: the index must be consistent
 // and the batch headers from its last entry must end exactly at limit. It
 // returns ok=false (and no error) when a full scan is needed.
-func walkIndexed(f *os.File, base, limit int64, entries []indexEntry, minEpoch func(int64) int32) (end, maxTs int64, ok bool) {
+func walkIndexed(f io.ReaderAt, base, limit int64, entries []indexEntry, minEpoch func(int64) int32) (end, maxTs int64, ok bool) {
 	if limit == 0 {
 		return base, math.MinInt64, len(entries) == 0
 	}

@@ -98,13 +98,13 @@ func (l *Log) AppendMarker(pid int64, epoch int16, commit bool, coordinatorEpoch
 		}
 		seg = l.active()
 	}
-	if n, err := seg.log.WriteAt(b, seg.size); err != nil {
+	if n, err := seg.log.w().WriteAt(b, seg.size); err != nil {
 		if n > 0 {
-			if terr := seg.log.Truncate(seg.size); terr != nil {
+			if terr := seg.log.w().Truncate(seg.size); terr != nil {
 				l.broken = fmt.Errorf("storage: %s unusable after a failed write: %w", l.dir, terr)
 			}
 		}
-		return 0, fmt.Errorf("storage: write %s: %w", seg.log.Name(), err)
+		return 0, fmt.Errorf("storage: write %s: %w", seg.log.path, err)
 	}
 	if n := len(seg.mem); n == 0 || seg.size-seg.mem[n-1].pos >= l.opts.indexInterval {
 		seg.mem = append(seg.mem, indexEntry{offset: offset, pos: seg.size, maxTsBefore: seg.maxTs})
@@ -159,7 +159,7 @@ func controlBatch(offset int64, leaderEpoch int32, pid int64, epoch int16, commi
 // controlType reads the marker type of the control batch at pos.
 func (s *segment) controlType(pos int64, h *batchHeader) (commit bool, err error) {
 	b := make([]byte, h.size())
-	if err := readFull(s.log, b, pos); err != nil {
+	if err := s.readAt(b, pos); err != nil {
 		return false, fmt.Errorf("storage: read marker at %d: %w", h.BaseOffset, err)
 	}
 	key, ok := firstRecordKey(b[batchHeaderSize:])

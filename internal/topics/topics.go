@@ -7,10 +7,19 @@
 //	{"name":"orders","id":"<32 hex digits>","partitions":6,
 //	 "configs":{"retention.ms":"86400000"},"createdAt":"2026-11-29T12:00:00Z"}
 //
-// Creation is atomic and exclusive across brokers: the file is written to a
-// unique temporary name, fsynced, then hard-linked to its final name (link
-// fails if the name exists, like O_EXCL) and the directory fsynced. Deletion
-// removes the file. Readers ignore unknown fields.
+// Creation is atomic and exclusive across brokers: the file is written
+// durably (fsutil.WriteFile) to a unique staging name, .stage-<16 hex digits>,
+// then hard-linked to its final name (link fails if the name exists, like
+// O_EXCL), the staging name removed and the directory fsynced. A change
+// (CreatePartitions) stages the same way and renames over the file. The
+// staging name does not derive from the topic's: a topic name may be 249
+// bytes, and <name>.json is then 254, at the file system's 255-byte limit.
+// Staging files older than ten minutes are left by a crash and removed at
+// Open. Deletion removes the file. Readers ignore unknown fields.
+//
+// Topic configs are checked against the bounds of Kafka 4.x's LogConfig
+// (config.go) before anything is written, and stored with their values
+// trimmed.
 package topics
 
 import (
@@ -30,21 +39,30 @@ import (
 	"time"
 
 	"github.com/kaas-dev/kaas/internal/fsutil"
+	"github.com/kaas-dev/kaas/internal/volume"
 )
 
 var (
 	ErrExists        = errors.New("topics: topic already exists")
 	ErrUnknown       = errors.New("topics: unknown topic")
 	ErrInvalidName   = errors.New("topics: invalid topic name")
-	ErrInvalidConfig = errors.New("topics: invalid config")
+	ErrInvalidConfig = errors.New("topics: invalid config") // wrapped by *ConfigError
 	ErrInvalidCount  = errors.New("topics: invalid partition count")
 )
 
 // MaxNameLen is Kafka's limit on topic names.
 const MaxNameLen = 249
 
-// reserved names collide with cluster state on the volume.
-var reserved = map[string]bool{"__cluster": true, "__consumer_offsets": true, "__transaction_state": true}
+// reserved names are not topics a client may create: the folder of cluster
+// state on the volume (a topic is a folder beside it) and Kafka's internal
+// topics, whose names clients and tools treat specially.
+var reserved = map[string]bool{volume.ClusterDirName: true, kafkaOffsetsTopic: true, kafkaTransactionsTopic: true}
+
+// Kafka's internal topics.
+const (
+	kafkaOffsetsTopic      = "__consumer_offsets"
+	kafkaTransactionsTopic = "__transaction_state"
+)
 
 // ValidateName applies Kafka's topic name rules ([a-zA-Z0-9._-], 1..249
 // characters, not "." or "..") and refuses names reserved for cluster state.
@@ -115,7 +133,7 @@ type stamp struct {
 
 // Open returns the registry rooted at <dataDir>/__cluster/topics.
 func Open(dataDir string, log *slog.Logger) (*Registry, error) {
-	dir := filepath.Join(dataDir, "__cluster", "topics")
+	dir := volume.TopicsDir(dataDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("topics: %w", err)
 	}
@@ -123,6 +141,7 @@ func Open(dataDir string, log *slog.Logger) (*Registry, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &Registry{dir: dir, log: log, byName: map[string]*Topic{}, byID: map[ID]*Topic{}, stamps: map[string]stamp{}}
+	r.removeStaleStaging(time.Now())
 	if err := r.Refresh(); err != nil {
 		return nil, err
 	}
@@ -130,6 +149,41 @@ func Open(dataDir string, log *slog.Logger) (*Registry, error) {
 }
 
 func (r *Registry) path(name string) string { return filepath.Join(r.dir, name+".json") }
+
+// stagingPrefix starts the names of files being written (see the package doc).
+const stagingPrefix = ".stage-"
+
+// stage writes data durably under a fresh staging name and returns its path.
+func (r *Registry) stage(data []byte) (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	p := filepath.Join(r.dir, stagingPrefix+hex.EncodeToString(b[:]))
+	if err := fsutil.WriteFile(p, data); err != nil {
+		return "", err
+	}
+	return p, nil
+}
+
+// removeStaleStaging deletes staging files a crash left behind. Young ones
+// may belong to another broker writing now and are left alone.
+func (r *Registry) removeStaleStaging(now time.Time) {
+	ents, err := os.ReadDir(r.dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), stagingPrefix) {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && now.Sub(fi.ModTime()) > 10*time.Minute {
+			if err := os.Remove(filepath.Join(r.dir, e.Name())); err == nil {
+				r.log.Info("removed a topic file a crash left half written", "file", e.Name())
+			}
+		}
+	}
+}
 
 // Refresh re-reads the directory so that topics created or deleted by other
 // brokers become visible. Unreadable files are skipped with a log line.
@@ -189,6 +243,11 @@ func (r *Registry) read(name string) (*Topic, error) {
 	if t.Name != name || t.Partitions < 1 {
 		return nil, fmt.Errorf("topics: file %s.json holds %q with %d partitions", name, t.Name, t.Partitions)
 	}
+	if err := ValidateConfigs(t.Configs); err != nil {
+		// Written before kaas checked Kafka's bounds: the topic stays usable,
+		// the operator is told.
+		r.log.Warn("topic has a config Kafka would refuse; it was created before kaas checked configs", "topic", name, "err", err)
+	}
 	return &t, nil
 }
 
@@ -244,12 +303,12 @@ func (r *Registry) Create(name string, partitions int32, configs map[string]stri
 		return nil, fmt.Errorf("%w: %d (1..%d)", ErrInvalidCount, partitions, MaxPartitions)
 	}
 	if err := ValidateConfigs(configs); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("topics: create %s: %w", name, err)
 	}
 	if _, ok := r.Get(name); ok {
 		return nil, fmt.Errorf("%w: %s", ErrExists, name)
 	}
-	t := &Topic{Name: name, Partitions: partitions, Configs: configs, CreatedAt: time.Now().UTC()}
+	t := &Topic{Name: name, Partitions: partitions, Configs: normalizeConfigs(configs), CreatedAt: time.Now().UTC()}
 	if _, err := rand.Read(t.ID[:]); err != nil {
 		return nil, fmt.Errorf("topics: id: %w", err)
 	}
@@ -260,10 +319,19 @@ func (r *Registry) Create(name string, partitions int32, configs map[string]stri
 	if err != nil {
 		return nil, fmt.Errorf("topics: encode %s: %w", name, err)
 	}
-	if err := fsutil.CreateExclusive(r.path(name), b); err != nil {
+	staged, err := r.stage(b)
+	if err != nil {
+		return nil, fmt.Errorf("topics: create %s: %w", name, err)
+	}
+	err = os.Link(staged, r.path(name))
+	os.Remove(staged)
+	if err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("%w: %s", ErrExists, name)
 		}
+		return nil, fmt.Errorf("topics: create %s: %w", name, err)
+	}
+	if err := fsutil.SyncDir(r.dir); err != nil {
 		return nil, fmt.Errorf("topics: create %s: %w", name, err)
 	}
 	r.mu.Lock()
@@ -297,81 +365,6 @@ func (r *Registry) Delete(name string) (*Topic, error) {
 
 // MaxPartitions bounds the partition count of one topic.
 const MaxPartitions = 10000
-
-// configKinds lists the topic configs kaas accepts. "long"/"int"/"bool"
-// values are parsed; enumerations are checked; "any" is stored as given.
-var configKinds = map[string]string{
-	"retention.ms":                            "long",
-	"retention.bytes":                         "long",
-	"cleanup.policy":                          "cleanup",
-	"max.message.bytes":                       "int",
-	"segment.bytes":                           "int",
-	"message.timestamp.type":                  "tstype",
-	"segment.ms":                              "long",
-	"compression.type":                        "compression",
-	"min.insync.replicas":                     "int",
-	"unclean.leader.election.enable":          "bool",
-	"message.timestamp.difference.max.ms":     "long",
-	"message.timestamp.before.max.ms":         "long",
-	"message.timestamp.after.max.ms":          "long",
-	"delete.retention.ms":                     "long",
-	"min.compaction.lag.ms":                   "long",
-	"max.compaction.lag.ms":                   "long",
-	"min.cleanable.dirty.ratio":               "any",
-	"flush.messages":                          "long",
-	"flush.ms":                                "long",
-	"index.interval.bytes":                    "int",
-	"segment.index.bytes":                     "int",
-	"segment.jitter.ms":                       "long",
-	"file.delete.delay.ms":                    "long",
-	"preallocate":                             "bool",
-	"message.downconversion.enable":           "bool",
-	"local.retention.ms":                      "long",
-	"local.retention.bytes":                   "long",
-	"remote.storage.enable":                   "bool",
-	"follower.replication.throttled.replicas": "any",
-	"leader.replication.throttled.replicas":   "any",
-}
-
-// ValidateConfigs checks names and values of topic configs.
-func ValidateConfigs(configs map[string]string) error {
-	for k, v := range configs {
-		kind, ok := configKinds[k]
-		if !ok {
-			return fmt.Errorf("%w: unknown topic config %q", ErrInvalidConfig, k)
-		}
-		bad := false
-		switch kind {
-		case "long":
-			n, err := strconv.ParseInt(v, 10, 64)
-			bad = err != nil || n < -1
-		case "int":
-			n, err := strconv.ParseInt(v, 10, 32)
-			bad = err != nil || n < 0
-		case "bool":
-			_, err := strconv.ParseBool(v)
-			bad = err != nil
-		case "tstype":
-			bad = v != "CreateTime" && v != "LogAppendTime"
-		case "compression":
-			switch v {
-			case "producer", "uncompressed", "gzip", "snappy", "lz4", "zstd":
-			default:
-				bad = true
-			}
-		case "cleanup":
-			for _, p := range strings.Split(v, ",") {
-				if p = strings.TrimSpace(p); p != "delete" && p != "compact" {
-					bad = true
-				}
-			}
-		}
-		if bad {
-			return fmt.Errorf("%w: %s=%q", ErrInvalidConfig, k, v)
-		}
-	}
-	return nil
-}
 
 // Int64 returns a numeric config or def when unset.
 func (t *Topic) Int64(key string, def int64) int64 {
@@ -416,7 +409,15 @@ func (r *Registry) Grow(name string, count int32, validateOnly bool) (*Topic, er
 	if err != nil {
 		return nil, fmt.Errorf("topics: encode %s: %w", name, err)
 	}
-	if err := fsutil.WriteFile(r.path(name), b); err != nil {
+	staged, err := r.stage(b)
+	if err == nil {
+		if err = os.Rename(staged, r.path(name)); err != nil {
+			os.Remove(staged)
+		} else {
+			err = fsutil.SyncDir(r.dir)
+		}
+	}
+	if err != nil {
 		return nil, fmt.Errorf("topics: grow %s: %w", name, err)
 	}
 	r.mu.Lock()
