@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kaas-dev/kaas/internal/testutil"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
 
@@ -360,7 +361,7 @@ func TestAdminConfigsPartitionsCluster(t *testing.T) {
 	if _, err := adm.CreatePartitions(ctx, 3, "adm"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() error {
+	testutil.WaitFor(t, 5*time.Second, func() error {
 		md, err := adm.Metadata(ctx, "adm")
 		if err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kaas-dev/kaas/internal/group"
+	"github.com/kaas-dev/kaas/internal/testutil"
 )
 
 func fastGroups(c *Config) {
@@ -76,7 +77,7 @@ func TestConsumerGroupConvergesAndResumesFromCommits(t *testing.T) {
 	adm := kadm.NewClient(cl)
 	// Stable with every partition owned exactly once (cooperative
 	// rebalancing may pass through Stable with partitions in flight).
-	waitFor(t, 15*time.Second, func() error {
+	testutil.WaitFor(t, 15*time.Second, func() error {
 		described, err := adm.DescribeGroups(context.Background(), "g1")
 		if err != nil {
 			return err

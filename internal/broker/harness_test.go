@@ -79,22 +79,6 @@ func createTopic(t testing.TB, cl *kgo.Client, topic string, partitions int32, c
 	}
 }
 
-// waitFor polls cond until it returns nil or the timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met in %v: %v", timeout, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // consume reads until n records arrived or the timeout passes.
 func consume(t testing.TB, b *Broker, topic string, n int, opts ...kgo.Opt) []*kgo.Record {
 	t.Helper()

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kaas-dev/kaas/internal/group"
+	"github.com/kaas-dev/kaas/internal/testutil"
 )
 
 // TestMemberMetadataIsFreedWithTheMember: 12 members join one group with
@@ -64,7 +65,7 @@ func TestMemberMetadataIsFreedWithTheMember(t *testing.T) {
 	wg.Wait()
 	held := heap() - base
 	t.Logf("members' metadata held: %d MiB", held>>20)
-	waitFor(t, 15*time.Second, func() error {
+	testutil.WaitFor(t, 15*time.Second, func() error {
 		if grew := heap() - base; grew > 16<<20 {
 			return fmt.Errorf("heap still %d MiB above the start after the sessions expired", grew>>20)
 		}

@@ -11,6 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-dev/kaas/internal/testutil"
 )
 
 func txnClient(t *testing.T, b *Broker, id string, opts ...kgo.Opt) *kgo.Client {
@@ -112,7 +114,7 @@ func TestTransactionTimeoutAborts(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The coordinator aborts it; the LSO moves past the aborted data.
-	waitFor(t, 10*time.Second, func() error {
+	testutil.WaitFor(t, 10*time.Second, func() error {
 		req := kmsg.NewPtrDescribeTransactionsRequest()
 		req.TransactionalIDs = []string{"slow-1"}
 		resp, err := req.RequestWith(ctx, client(t, b))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kaas-dev/kaas/internal/cluster"
 	"github.com/kaas-dev/kaas/internal/fsutil"
+	"github.com/kaas-dev/kaas/internal/testutil"
 )
 
 func client(t *testing.T, c *Cluster, opts ...kgo.Opt) *kgo.Client {
@@ -94,7 +95,7 @@ func TestThreeBrokersKillOneNoAckedRecordLost(t *testing.T) {
 	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 6, 1, nil, "orders"); err != nil {
 		t.Fatal(err)
 	}
-	WaitFor(t, 5*time.Second, func() error {
+	testutil.WaitFor(t, 5*time.Second, func() error {
 		if got := leaderCounts(current(c), "orders"); got["kaas-0"] != 2 || got["kaas-1"] != 2 || got["kaas-2"] != 2 {
 			return fmt.Errorf("leaders %v", got)
 		}
@@ -102,7 +103,7 @@ func TestThreeBrokersKillOneNoAckedRecordLost(t *testing.T) {
 	})
 	stop := make(chan struct{})
 	acked, count, done := produceLoop(t, cl, "orders", stop)
-	WaitFor(t, 10*time.Second, func() error {
+	testutil.WaitFor(t, 10*time.Second, func() error {
 		if count.Load() < 200 {
 			return fmt.Errorf("%d acked", count.Load())
 		}
@@ -117,7 +118,7 @@ func TestThreeBrokersKillOneNoAckedRecordLost(t *testing.T) {
 	c.Kill(victim)
 	name := fmt.Sprintf("kaas-%d", victim)
 	// Partitions move within detection (1s here) + 1s.
-	WaitFor(t, c.opts.DeadAfter+time.Second+500*time.Millisecond, func() error {
+	testutil.WaitFor(t, c.opts.DeadAfter+time.Second+500*time.Millisecond, func() error {
 		a := current(c)
 		if got := leaderCounts(a, "orders"); got[name] != 0 {
 			return fmt.Errorf("still led by %s: %v", name, got)
@@ -127,7 +128,7 @@ func TestThreeBrokersKillOneNoAckedRecordLost(t *testing.T) {
 	moved := time.Since(killedAt)
 	t.Logf("partitions moved %v after the kill", moved)
 	mark := count.Load()
-	WaitFor(t, 10*time.Second, func() error {
+	testutil.WaitFor(t, 10*time.Second, func() error {
 		if count.Load() < mark+200 {
 			return fmt.Errorf("producer stuck at %d acks", count.Load())
 		}
@@ -136,7 +137,7 @@ func TestThreeBrokersKillOneNoAckedRecordLost(t *testing.T) {
 	// The broker returns: alive again, no churn.
 	afterKill := current(c)
 	c.Restart(victim)
-	WaitFor(t, 5*time.Second, func() error {
+	testutil.WaitFor(t, 5*time.Second, func() error {
 		if !current(c).IsAlive(name) {
 			return fmt.Errorf("%s not alive again", name)
 		}
@@ -180,7 +181,7 @@ func TestControllerKilledNewEpochAndOldFilesRefused(t *testing.T) {
 	oldEpoch := current(c).ControllerEpoch
 	c.Kill(old)
 	var next int
-	WaitFor(t, 5*time.Second, func() error {
+	testutil.WaitFor(t, 5*time.Second, func() error {
 		next = c.Controller()
 		if next < 0 || next == old {
 			return fmt.Errorf("no new controller yet")
@@ -190,7 +191,7 @@ func TestControllerKilledNewEpochAndOldFilesRefused(t *testing.T) {
 		}
 		return nil
 	})
-	WaitFor(t, 5*time.Second, func() error {
+	testutil.WaitFor(t, 5*time.Second, func() error {
 		for i := range 3 {
 			if n := c.Node(i); n != nil && (n.Runtime.KnownEpoch() <= oldEpoch || n.Runtime.Current().ControllerEpoch <= oldEpoch) {
 				return fmt.Errorf("broker %d knows epoch %d, applied %d", i, n.Runtime.KnownEpoch(), n.Runtime.Current().ControllerEpoch)
@@ -209,7 +210,7 @@ func TestControllerKilledNewEpochAndOldFilesRefused(t *testing.T) {
 	if err := fsutil.WriteFile(filepath.Join(c.Dir, "__cluster", "assignment.json"), data); err != nil {
 		t.Fatal(err)
 	}
-	WaitFor(t, 5*time.Second, func() error {
+	testutil.WaitFor(t, 5*time.Second, func() error {
 		disk, err := cluster.ReadAssignment(filepath.Join(c.Dir, "__cluster", "assignment.json"))
 		if err != nil || disk.ControllerEpoch == oldEpoch {
 			return fmt.Errorf("stale file still on disk: %v", err)
@@ -244,7 +245,7 @@ func TestSigtermDrainsBeforeExit(t *testing.T) {
 	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 6, 1, nil, "drain"); err != nil {
 		t.Fatal(err)
 	}
-	WaitFor(t, 5*time.Second, func() error {
+	testutil.WaitFor(t, 5*time.Second, func() error {
 		if n := len(current(c).Partitions); n != 6 {
 			return fmt.Errorf("%d partitions assigned", n)
 		}
@@ -264,7 +265,7 @@ func TestSigtermDrainsBeforeExit(t *testing.T) {
 	}
 	t.Logf("drained in %v", time.Since(start))
 	// The stopped report turns the row dead without waiting for detection.
-	WaitFor(t, c.opts.DeadAfter/2, func() error {
+	testutil.WaitFor(t, c.opts.DeadAfter/2, func() error {
 		if r, _ := current(c).Row("kaas-1"); r.Health != cluster.Dead {
 			return fmt.Errorf("row %+v", r)
 		}
@@ -280,7 +281,7 @@ func TestOneMissedReportMovesNothing(t *testing.T) {
 	if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), 6, 1, nil, "steady"); err != nil {
 		t.Fatal(err)
 	}
-	WaitFor(t, 5*time.Second, func() error {
+	testutil.WaitFor(t, 5*time.Second, func() error {
 		if n := len(current(c).Partitions); n != 6 {
 			return fmt.Errorf("%d partitions", n)
 		}

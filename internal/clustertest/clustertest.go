@@ -189,21 +189,5 @@ func (c *Cluster) Close() {
 	}
 }
 
-// WaitFor polls cond until it returns nil or timeout passes.
-func WaitFor(t testing.TB, timeout time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // Seeds is a comma-joined address list.
 func (c *Cluster) Seeds() string { return strings.Join(c.AllAddrs(), ",") }

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kaas-dev/kaas/internal/group"
+	"github.com/kaas-dev/kaas/internal/testutil"
 )
 
 // TestGroupCoordinatorKilledGroupReformsAndResumes runs a franz-go consumer
@@ -74,7 +75,7 @@ func TestGroupCoordinatorKilledGroupReformsAndResumes(t *testing.T) {
 		}()
 	}
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(seen) }
-	WaitFor(t, 20*time.Second, func() error {
+	testutil.WaitFor(t, 20*time.Second, func() error {
 		if n := count(); n < 600 {
 			return fmt.Errorf("%d of 600 consumed", n)
 		}
@@ -99,7 +100,7 @@ func TestGroupCoordinatorKilledGroupReformsAndResumes(t *testing.T) {
 		return out
 	}
 	var before map[int32]int64
-	WaitFor(t, 10*time.Second, func() error {
+	testutil.WaitFor(t, 10*time.Second, func() error {
 		before = committed()
 		sum := int64(0)
 		for _, v := range before {
@@ -112,20 +113,20 @@ func TestGroupCoordinatorKilledGroupReformsAndResumes(t *testing.T) {
 	})
 	killedAt := time.Now()
 	c.Kill(victim)
-	WaitFor(t, 10*time.Second, func() error {
+	testutil.WaitFor(t, 10*time.Second, func() error {
 		if now := int(coordinatorOf(t, cl, groupID)); now == victim {
 			return fmt.Errorf("the group is still routed to the dead broker %d", victim)
 		}
 		return nil
 	})
 	produce(600, 1200)
-	WaitFor(t, 30*time.Second, func() error {
+	testutil.WaitFor(t, 30*time.Second, func() error {
 		if n := count(); n < 1200 {
 			return fmt.Errorf("%d of 1200 consumed after the coordinator died", n)
 		}
 		return nil
 	})
-	WaitFor(t, 20*time.Second, func() error {
+	testutil.WaitFor(t, 20*time.Second, func() error {
 		after := committed()
 		sum := int64(0)
 		for p, v := range after {

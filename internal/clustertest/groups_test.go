@@ -11,6 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-dev/kaas/internal/testutil"
 )
 
 // coordinatorOf asks the cluster which node coordinates group, retrying
@@ -23,7 +25,7 @@ func coordinatorOf(t *testing.T, cl *kgo.Client, group string) int32 {
 func findCoordinator(t *testing.T, cl *kgo.Client, key string, keyType int8) int32 {
 	t.Helper()
 	var node int32
-	WaitFor(t, 10*time.Second, func() error {
+	testutil.WaitFor(t, 10*time.Second, func() error {
 		req := kmsg.NewPtrFindCoordinatorRequest()
 		req.CoordinatorKey, req.CoordinatorType = key, keyType
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -111,7 +113,7 @@ func TestCoordinatorKilledNewCoordinatorServesCommittedOffsets(t *testing.T) {
 	}
 	sort.Strings(victimGroups)
 	c.Kill(victim)
-	WaitFor(t, 10*time.Second, func() error {
+	testutil.WaitFor(t, 10*time.Second, func() error {
 		for _, g := range victimGroups {
 			if int(coordinatorOf(t, cl, g)) == victim {
 				return fmt.Errorf("%s still routed to %d", g, victim)
@@ -151,7 +153,7 @@ func TestCoordinatorKilledNewCoordinatorServesCommittedOffsets(t *testing.T) {
 	// The old coordinator comes back and holds none of its groups in memory
 	// once the assignment routes them elsewhere; each group is listed once.
 	c.Restart(victim)
-	WaitFor(t, 10*time.Second, func() error {
+	testutil.WaitFor(t, 10*time.Second, func() error {
 		for g, n := range listUnion(t, c) {
 			if n != 1 {
 				return fmt.Errorf("%s listed by %d brokers", g, n)
@@ -201,7 +203,7 @@ func TestListGroupsUnionThroughKillsRestartsAndDeletes(t *testing.T) {
 	}
 	check := func(stage string) {
 		t.Helper()
-		WaitFor(t, 10*time.Second, func() error {
+		testutil.WaitFor(t, 10*time.Second, func() error {
 			u := listUnion(t, c)
 			for g := range live {
 				if u[g] != 1 {

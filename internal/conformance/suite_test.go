@@ -13,10 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kaas-dev/kaas/internal/proctest"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-dev/kaas/internal/proctest"
 )
 
 const (

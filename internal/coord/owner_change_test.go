@@ -17,6 +17,7 @@ import (
 	"github.com/kaas-dev/kaas/internal/cluster"
 	"github.com/kaas-dev/kaas/internal/group"
 	"github.com/kaas-dev/kaas/internal/offsets"
+	"github.com/kaas-dev/kaas/internal/testutil"
 	"github.com/kaas-dev/kaas/internal/volume"
 )
 
@@ -356,7 +357,7 @@ func TestRetentionAfterAMoveFollowsKIP211(t *testing.T) {
 	}
 	emptyAt := time.Now()
 	// What retention needs reaches the files without waiting for a request.
-	waitFor(t, 5*time.Second, func() error {
+	testutil.WaitFor(t, 5*time.Second, func() error {
 		for g, wantEmpty := range map[string]bool{"live": false, "left": true} {
 			f, _ := readGroupFile(t, dir, g)
 			if f.Retention == nil || f.Retention.ProtocolType != "consumer" || (f.Retention.EmptySince > 0) != wantEmpty {
@@ -385,21 +386,6 @@ func TestRetentionAfterAMoveFollowsKIP211(t *testing.T) {
 	}
 	if got := fetchAll(t, b, "live"); len(got) != 0 {
 		t.Fatalf("live: offsets kept 7 days after the new owner found it without members: %v", got)
-	}
-}
-
-func waitFor(t *testing.T, d time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

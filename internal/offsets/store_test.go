@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kaas-dev/kaas/internal/testutil"
 )
 
 // faultFS is the failing twin of osFS: fail, when set, is asked before every
@@ -312,7 +314,12 @@ func TestTrap6DiskErrorReportedAsSuccess(t *testing.T) {
 					errs <- s.Commit(ctx, "g", f1, map[TP]Offset{{"t", int32(i % 3)}: off(100 + int64(i))})
 				}()
 			}
-			waitFor(t, func() bool { return n.Load() == callers })
+			testutil.WaitFor(t, 10*time.Second, func() error {
+				if n.Load() != callers {
+					return fmt.Errorf("%d of %d callers queued", n.Load(), callers)
+				}
+				return nil
+			})
 			time.Sleep(10 * time.Millisecond) // let them queue; correctness does not depend on it
 			close(release)
 			for range callers {
@@ -338,18 +345,6 @@ func TestTrap6DiskErrorReportedAsSuccess(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 5s")
-		}
-		runtime.Gosched()
-		time.Sleep(time.Millisecond)
 	}
 }
 

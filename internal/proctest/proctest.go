@@ -29,6 +29,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kaas-dev/kaas/internal/testutil"
 )
 
 var (
@@ -112,7 +114,9 @@ type Options struct {
 	ReportInterval time.Duration // --report-interval; default 1s
 	ReadyTimeout   time.Duration // how long Start waits for "serving clients"; default 45s
 	LogDir         string        // where broker-<id>.log go; default t.TempDir()
+	DataDir        string        // the shared folder (it must exist); default t.TempDir()
 	Args           []string      // extra flags for every broker
+	Env            []string      // extra KEY=value environment for every broker
 }
 
 // Cluster is N kaas broker processes over one data dir.
@@ -175,7 +179,11 @@ func New(t testing.TB, opts Options) *Cluster {
 	} else if err := os.MkdirAll(opts.LogDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c := &Cluster{t: t, Bin: Binary(t), DataDir: t.TempDir(), LogDir: opts.LogDir, Opts: opts}
+	dataDir := opts.DataDir
+	if dataDir == "" {
+		dataDir = t.TempDir()
+	}
+	c := &Cluster{t: t, Bin: Binary(t), DataDir: dataDir, LogDir: opts.LogDir, Opts: opts}
 	for i := range opts.Brokers {
 		c.Brokers = append(c.Brokers, &Broker{
 			c: c, ID: int32(i),
@@ -311,6 +319,9 @@ func (b *Broker) Start() error {
 	b.logStart = st.Size()
 	cmd := exec.Command(b.c.Bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
+	if len(o.Env) > 0 {
+		cmd.Env = append(os.Environ(), o.Env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
@@ -496,18 +507,6 @@ func (b *Broker) LogContains(s string) bool {
 	return err == nil && bytes.Contains(data, []byte(s))
 }
 
-// WaitFor polls cond every 100ms until it returns nil or timeout passes,
-// returning the last error.
-func WaitFor(timeout time.Duration, cond func() error) error {
-	deadline := time.Now().Add(timeout)
-	var err error
-	for {
-		if err = cond(); err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("after %v: %w", timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
+// WaitFor polls cond until it returns nil or timeout passes, returning the
+// last error (testutil.Poll).
+func WaitFor(timeout time.Duration, cond func() error) error { return testutil.Poll(timeout, cond) }
