@@ -4,9 +4,14 @@
 // log assigns (base offset, partition leader epoch, and, for LogAppendTime
 // topics, the max timestamp), and serves them back for Fetch.
 //
-// It must not import other kaas packages; it uses the standard library only.
-// Kafka error codes are not known here: callers map the sentinel errors
-// (ErrCorrupt, ErrFenced, ...) at the protocol edge.
+// It imports the standard library and internal/fsutil only. Kafka error
+// codes are not known here: callers map the sentinel errors (ErrCorrupt,
+// ErrFenced, ...) at the protocol edge. Source files: log.go (the Log, Open,
+// Close), recovery.go (opening segments, torn-tail recovery, producer
+// state), append.go (Append in its three phases, roll, Sync and the fence),
+// read.go (Read, timestamps), retention.go, segment.go, filepool.go (the
+// bounded pool of segment files), batch.go, producer.go, txn.go, files.go
+// (the metadata file formats).
 //
 // # Files in a partition directory
 //

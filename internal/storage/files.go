@@ -11,8 +11,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
+
+	"github.com/kaas-dev/kaas/internal/fsutil"
 )
 
 // File names inside a partition directory (formats in the package doc).
@@ -43,44 +44,23 @@ func parseSegmentName(name, suffix string) (int64, bool) {
 	return base, true
 }
 
-// syncDir fsyncs a directory so that creates, renames and removes in it are durable.
+// syncDir fsyncs a directory so that creates, renames and removes in it are
+// durable.
 func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("storage: open dir %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("storage: fsync dir %s: %w", dir, err)
+	if err := fsutil.SyncDir(dir); err != nil {
+		return fmt.Errorf("storage: %w", err)
 	}
 	return nil
 }
 
-var tmpSeq atomic.Uint64
-
-// writeFileAtomic replaces dir/name with data durably: a temp file with a
-// unique name (two brokers may write the same file), fsync, rename, fsync dir.
+// writeFileAtomic replaces dir/name with data durably: fsutil.WriteFile's
+// temp file (a name unique to the writer, beside it, with ".tmp-" in it:
+// two brokers may write the same file), fsync, rename, fsync dir.
 func writeFileAtomic(dir, name string, data []byte) error {
-	tmp := filepath.Join(dir, fmt.Sprintf("%s%s%d-%d", name, tmpMarker, os.Getpid(), tmpSeq.Add(1)))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return fmt.Errorf("storage: create %s: %w", tmp, err)
+	if err := fsutil.WriteFile(filepath.Join(dir, name), data); err != nil {
+		return fmt.Errorf("storage: %w", err)
 	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, name))
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("storage: write %s/%s: %w", dir, name, err)
-	}
-	return syncDir(dir)
+	return nil
 }
 
 // removeStaleTemps deletes temp files left by a crash. Young ones may belong

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 )
 
 // spec describes a v2 batch for makeBatch.
@@ -167,22 +166,6 @@ func validateStored(b []byte) (batchHeader, error) {
 		return h, errors.New("bad crc")
 	}
 	return h, nil
-}
-
-// waitFor polls cond until it returns nil or the timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met after %v: %v", timeout, err)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func segmentFiles(t testing.TB, dir string) []string {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kaas-dev/kaas/internal/testutil"
 )
 
 func TestAppendReadRoundTrip(t *testing.T) {
@@ -212,7 +214,7 @@ func TestGroupCommit(t *testing.T) {
 			errs <- l.Sync()
 		}()
 	}
-	waitFor(t, 5*time.Second, func() error {
+	testutil.WaitFor(t, 5*time.Second, func() error {
 		if w := l.syncWait.Load(); w != n {
 			return fmt.Errorf("%d of %d callers waiting", w, n)
 		}
