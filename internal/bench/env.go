@@ -16,7 +16,6 @@ import (
 
 	"github.com/kaas-dev/kaas/internal/broker"
 	"github.com/kaas-dev/kaas/internal/group"
-	"github.com/kaas-dev/kaas/internal/wire"
 )
 
 // Target is one running Kafka-compatible cluster a goal can drive.
@@ -166,10 +165,9 @@ func (e *Env) StartKfake(name string, opts ...kfake.Opt) (Target, error) {
 // kfake are driven with the same request versions.
 func Versions() *kversion.Versions {
 	v := kversion.Stable()
-	for _, k := range wire.Keys() {
-		r, _ := wire.Supported(k)
-		if cur, ok := v.LookupMaxKeyVersion(k); ok && cur > r.Max {
-			v.SetMaxKeyVersion(k, r.Max)
+	for _, k := range broker.SupportedVersions() {
+		if cur, ok := v.LookupMaxKeyVersion(k.ApiKey); ok && cur > k.MaxVersion {
+			v.SetMaxKeyVersion(k.ApiKey, k.MaxVersion)
 		}
 	}
 	return v

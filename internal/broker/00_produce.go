@@ -1,6 +1,6 @@
 package broker
 
-// Produce: versions 3-11. acks=-1 answers after the fsync that covers the
+// Produce. acks=-1 answers after the fsync that covers the
 // batch; acks=1 after the write; acks=0 sends no response. Both 0 and 1 ask
 // the partition's flusher to sync soon, which advances the high watermark.
 
@@ -14,6 +14,8 @@ import (
 	"github.com/kaas-dev/kaas/internal/storage"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
+
+func init() { register(kmsg.Produce, 3, 11, (*Broker).handleProduce) }
 
 func (b *Broker) handleProduce(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.ProduceRequest)

@@ -1,6 +1,6 @@
 package broker
 
-// Fetch: versions 4-16, without fetch sessions (KIP-227 lets a broker decline
+// Fetch, without fetch sessions (KIP-227 lets a broker decline
 // them: every response carries session id 0, so clients send full fetches).
 // A long poll waits until min bytes are available, max wait passes, or an
 // error is ready. Topic ids at v13+.
@@ -43,6 +43,8 @@ func (n *notifier) broadcast() {
 	}
 	n.mu.Unlock()
 }
+
+func init() { register(kmsg.Fetch, 4, 16, (*Broker).handleFetch) }
 
 func (b *Broker) handleFetch(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.FetchRequest)

@@ -1,6 +1,6 @@
 package broker
 
-// ListOffsets: versions 1-8. Timestamps -1 latest, -2 earliest, -3 max
+// ListOffsets. Timestamps -1 latest, -2 earliest, -3 max
 // timestamp (v7+), -4 earliest local (v8+, the same as earliest: kaas has no
 // tiered storage), otherwise the first offset at or after the timestamp.
 
@@ -12,6 +12,8 @@ import (
 
 	"github.com/kaas-dev/kaas/internal/wire"
 )
+
+func init() { register(kmsg.ListOffsets, 1, 8, (*Broker).handleListOffsets) }
 
 func (b *Broker) handleListOffsets(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.ListOffsetsRequest)

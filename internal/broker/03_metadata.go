@@ -1,6 +1,6 @@
 package broker
 
-// Metadata: versions 0-12. A null topic list (v1+) or an empty one at v0
+// Metadata. A null topic list (v1+) or an empty one at v0
 // means every topic; v10+ may name topics by id.
 
 import (
@@ -13,6 +13,8 @@ import (
 	"github.com/kaas-dev/kaas/internal/topics"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
+
+func init() { register(kmsg.Metadata, 0, 12, (*Broker).handleMetadata) }
 
 func (b *Broker) handleMetadata(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.MetadataRequest)

@@ -1,6 +1,6 @@
 package broker
 
-// OffsetCommit: versions 0-9. Answered after the fsync that makes the
+// OffsetCommit. Answered after the fsync that makes the
 // offsets durable. Generation -1 without a member is a simple commit;
 // otherwise the group's state machine checks member, instance and
 // generation. Per partition: OFFSET_METADATA_TOO_LARGE over 4096 bytes,
@@ -33,6 +33,8 @@ func checkCommitPartition(t *topics.Topic, partition int32, metadata *string) *k
 	}
 	return nil
 }
+
+func init() { register(kmsg.OffsetCommit, 0, 9, (*Broker).handleOffsetCommit) }
 
 func (b *Broker) handleOffsetCommit(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.OffsetCommitRequest)

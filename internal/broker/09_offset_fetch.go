@@ -1,6 +1,6 @@
 package broker
 
-// OffsetFetch: versions 0-9 (v8+ batches groups). A null topic list means
+// OffsetFetch: (v8+ batches groups). A null topic list means
 // every committed partition of the group; a partition with no commit, or a
 // group that does not exist, answers offset -1 without an error (what the
 // Apache coordinator answers). require_stable (v7+) answers
@@ -84,6 +84,8 @@ func (b *Broker) fetchGroupOffsets(group string, topics []kmsg.OffsetFetchReques
 	}
 	return rows, nil
 }
+
+func init() { register(kmsg.OffsetFetch, 0, 9, (*Broker).handleOffsetFetch) }
 
 func (b *Broker) handleOffsetFetch(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.OffsetFetchRequest)

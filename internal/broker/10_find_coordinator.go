@@ -1,6 +1,6 @@
 package broker
 
-// FindCoordinator: versions 0-5. Key type 0 (group) uses the two-tier
+// FindCoordinator. Key type 0 (group) uses the two-tier
 // ownership function, key type 1 (transaction) the routing hash; batched
 // keys at v4+. No disk I/O: the answer comes from the applied assignment.
 
@@ -36,6 +36,8 @@ func (b *Broker) findCoordinator(keyType int8, key string) (coord.Broker, *kerr.
 	}
 	return cb, nil
 }
+
+func init() { register(kmsg.FindCoordinator, 0, 5, (*Broker).handleFindCoordinator) }
 
 func (b *Broker) handleFindCoordinator(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.FindCoordinatorRequest)

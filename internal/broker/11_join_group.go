@@ -1,6 +1,6 @@
 package broker
 
-// JoinGroup: versions 0-9, a long poll parked until the join phase ends.
+// JoinGroup, a long poll parked until the join phase ends.
 // The group's state machine (internal/group) decides everything; this file
 // translates and waits.
 
@@ -14,6 +14,8 @@ import (
 	"github.com/kaas-dev/kaas/internal/group"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
+
+func init() { register(kmsg.JoinGroup, 0, 9, (*Broker).handleJoinGroup) }
 
 func (b *Broker) handleJoinGroup(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.JoinGroupRequest)

@@ -1,6 +1,6 @@
 package broker
 
-// Heartbeat: versions 0-4.
+// Heartbeat.
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"github.com/kaas-dev/kaas/internal/group"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
+
+func init() { register(kmsg.Heartbeat, 0, 4, (*Broker).handleHeartbeat) }
 
 func (b *Broker) handleHeartbeat(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.HeartbeatRequest)

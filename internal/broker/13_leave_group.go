@@ -1,6 +1,6 @@
 package broker
 
-// LeaveGroup: versions 0-5 (v3+ batches members, and may name static
+// LeaveGroup: (v3+ batches members, and may name static
 // members by instance id: an admin removal; v5 carries reasons).
 
 import (
@@ -11,6 +11,8 @@ import (
 	"github.com/kaas-dev/kaas/internal/group"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
+
+func init() { register(kmsg.LeaveGroup, 0, 5, (*Broker).handleLeaveGroup) }
 
 func (b *Broker) handleLeaveGroup(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.LeaveGroupRequest)

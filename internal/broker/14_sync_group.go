@@ -1,6 +1,6 @@
 package broker
 
-// SyncGroup: versions 0-5. Followers wait for the leader's assignment.
+// SyncGroup. Followers wait for the leader's assignment.
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"github.com/kaas-dev/kaas/internal/group"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
+
+func init() { register(kmsg.SyncGroup, 0, 5, (*Broker).handleSyncGroup) }
 
 func (b *Broker) handleSyncGroup(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.SyncGroupRequest)

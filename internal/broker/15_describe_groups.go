@@ -1,6 +1,6 @@
 package broker
 
-// DescribeGroups: versions 0-6. A group owned elsewhere answers
+// DescribeGroups. A group owned elsewhere answers
 // NOT_COORDINATOR; an unknown group is Dead (v0-v5) or GROUP_ID_NOT_FOUND (v6).
 
 import (
@@ -13,6 +13,8 @@ import (
 	"github.com/kaas-dev/kaas/internal/coord"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
+
+func init() { register(kmsg.DescribeGroups, 0, 6, (*Broker).handleDescribeGroups) }
 
 func (b *Broker) handleDescribeGroups(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.DescribeGroupsRequest)

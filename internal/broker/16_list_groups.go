@@ -1,6 +1,6 @@
 package broker
 
-// ListGroups: versions 0-5. Lists only the groups this broker coordinates
+// ListGroups. Lists only the groups this broker coordinates
 // (admin clients union the answers of every broker). v4 filters by state,
 // v5 by type (every kaas group is "classic").
 
@@ -12,6 +12,8 @@ import (
 
 	"github.com/kaas-dev/kaas/internal/wire"
 )
+
+func init() { register(kmsg.ListGroups, 0, 5, (*Broker).handleListGroups) }
 
 func (b *Broker) handleListGroups(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.ListGroupsRequest)

@@ -1,6 +1,6 @@
 package broker
 
-// ApiVersions: versions 0-4. The response always uses the v0 header; an
+// ApiVersions. The response always uses the v0 header; an
 // unsupported version is answered in server.go with a v0 response.
 
 import (
@@ -15,9 +15,11 @@ import (
 func apiVersionsResponse(version int16) *kmsg.ApiVersionsResponse {
 	resp := kmsg.NewPtrApiVersionsResponse()
 	resp.SetVersion(version)
-	resp.ApiKeys = wire.APIVersionsKeys()
+	resp.ApiKeys = SupportedVersions()
 	return resp
 }
+
+func init() { register(kmsg.ApiVersions, 0, 4, (*Broker).handleAPIVersions) }
 
 func (b *Broker) handleAPIVersions(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.ApiVersionsRequest)

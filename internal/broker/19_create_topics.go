@@ -1,6 +1,6 @@
 package broker
 
-// CreateTopics: versions 0-7. Replication factor -1 or 1 only: the shared
+// CreateTopics. Replication factor -1 or 1 only: the shared
 // volume is the replication. Any broker may create (the registry's exclusive
 // create settles races between brokers).
 
@@ -18,6 +18,8 @@ import (
 	"github.com/kaas-dev/kaas/internal/topics"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
+
+func init() { register(kmsg.CreateTopics, 0, 7, (*Broker).handleCreateTopics) }
 
 func (b *Broker) handleCreateTopics(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.CreateTopicsRequest)

@@ -1,6 +1,6 @@
 package broker
 
-// DeleteTopics: versions 0-6 (v6 names topics by name or id). Deleting a
+// DeleteTopics: (v6 names topics by name or id). Deleting a
 // topic removes its registry file, then its data on the volume.
 
 import (
@@ -13,6 +13,8 @@ import (
 	"github.com/kaas-dev/kaas/internal/topics"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
+
+func init() { register(kmsg.DeleteTopics, 0, 6, (*Broker).handleDeleteTopics) }
 
 func (b *Broker) handleDeleteTopics(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.DeleteTopicsRequest)

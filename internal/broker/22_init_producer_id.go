@@ -1,6 +1,6 @@
 package broker
 
-// InitProducerId: versions 0-5. Without a transactional id (idempotent
+// InitProducerId. Without a transactional id (idempotent
 // producers): a fresh producer id, unique across every broker on the volume,
 // with epoch 0. With one: answered only by the id's transaction coordinator
 // (the routing hash), which aborts what a previous session left open and
@@ -15,6 +15,8 @@ import (
 
 	"github.com/kaas-dev/kaas/internal/wire"
 )
+
+func init() { register(kmsg.InitProducerID, 0, 5, (*Broker).handleInitProducerID) }
 
 func (b *Broker) handleInitProducerID(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.InitProducerIDRequest)

@@ -1,6 +1,6 @@
 package broker
 
-// AddPartitionsToTxn: versions 0-5. v0-v3 carry one transaction (clients);
+// AddPartitionsToTxn. v0-v3 carry one transaction (clients);
 // v4+ batch transactions and may only verify (KIP-890, broker to broker).
 
 import (
@@ -65,6 +65,8 @@ func (b *Broker) addPartitions(ctx context.Context, version int16, id string, pi
 	}
 	return out
 }
+
+func init() { register(kmsg.AddPartitionsToTxn, 0, 5, (*Broker).handleAddPartitionsToTxn) }
 
 func (b *Broker) handleAddPartitionsToTxn(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.AddPartitionsToTxnRequest)

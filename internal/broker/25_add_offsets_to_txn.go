@@ -1,6 +1,6 @@
 package broker
 
-// AddOffsetsToTxn: versions 0-4. Adds the group to the transaction; the
+// AddOffsetsToTxn. Adds the group to the transaction; the
 // client then sends TxnOffsetCommit to the group's coordinator.
 
 import (
@@ -11,6 +11,8 @@ import (
 
 	"github.com/kaas-dev/kaas/internal/wire"
 )
+
+func init() { register(kmsg.AddOffsetsToTxn, 0, 4, (*Broker).handleAddOffsetsToTxn) }
 
 func (b *Broker) handleAddOffsetsToTxn(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.AddOffsetsToTxnRequest)

@@ -1,6 +1,6 @@
 package broker
 
-// EndTxn: versions 0-5. Answered once the markers are in every partition
+// EndTxn. Answered once the markers are in every partition
 // and every group of the transaction (the decision is durable before the
 // first marker). kaas does not advertise transaction.version 2, so v5
 // returns the producer id and epoch unchanged.
@@ -12,6 +12,8 @@ import (
 
 	"github.com/kaas-dev/kaas/internal/wire"
 )
+
+func init() { register(kmsg.EndTxn, 0, 5, (*Broker).handleEndTxn) }
 
 func (b *Broker) handleEndTxn(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.EndTxnRequest)

@@ -1,6 +1,6 @@
 package broker
 
-// WriteTxnMarkers: versions 0-1, from transaction coordinators: append the
+// WriteTxnMarkers, from transaction coordinators: append the
 // marker to each partition this broker leads. A kaas coordinator also sends
 // group markers as the pseudo-topic "__kaas_group:<group>" (see peers.go).
 
@@ -13,6 +13,8 @@ import (
 	"github.com/kaas-dev/kaas/internal/txn"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
+
+func init() { register(kmsg.WriteTxnMarkers, 0, 1, (*Broker).handleWriteTxnMarkers) }
 
 func (b *Broker) handleWriteTxnMarkers(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.WriteTxnMarkersRequest)

@@ -1,6 +1,6 @@
 package broker
 
-// TxnOffsetCommit: versions 0-5. Stages offsets on the group coordinator
+// TxnOffsetCommit. Stages offsets on the group coordinator
 // (durably, in the group's file) until the transaction's marker commits or
 // aborts them; v3+ carries the member information of KIP-447.
 
@@ -14,6 +14,8 @@ import (
 	"github.com/kaas-dev/kaas/internal/offsets"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
+
+func init() { register(kmsg.TxnOffsetCommit, 0, 5, (*Broker).handleTxnOffsetCommit) }
 
 func (b *Broker) handleTxnOffsetCommit(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.TxnOffsetCommitRequest)

@@ -1,6 +1,6 @@
 package broker
 
-// DescribeConfigs: versions 0-4, for topics (the configs set on the topic and
+// DescribeConfigs, for topics (the configs set on the topic and
 // the defaults kaas acts on) and brokers (the settings of this broker, read
 // only). Other resource types answer INVALID_REQUEST.
 
@@ -32,6 +32,8 @@ func (b *Broker) brokerConfigs() []topicConfig {
 	slices.SortFunc(out, func(a, b topicConfig) int { return strings.Compare(a.name, b.name) })
 	return out
 }
+
+func init() { register(kmsg.DescribeConfigs, 0, 4, (*Broker).handleDescribeConfigs) }
 
 func (b *Broker) handleDescribeConfigs(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.DescribeConfigsRequest)

@@ -1,6 +1,6 @@
 package broker
 
-// CreatePartitions: versions 0-3. Served by the controller only (clients
+// CreatePartitions. Served by the controller only (clients
 // send it there; others answer NOT_CONTROLLER), so the topic file has one
 // writer. Partitions can only be added; placement hints are ignored (the
 // controller places leaders). The request carries no configs: the topic keeps
@@ -18,6 +18,8 @@ import (
 	"github.com/kaas-dev/kaas/internal/topics"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
+
+func init() { register(kmsg.CreatePartitions, 0, 3, (*Broker).handleCreatePartitions) }
 
 func (b *Broker) handleCreatePartitions(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.CreatePartitionsRequest)

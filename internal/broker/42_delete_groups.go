@@ -1,6 +1,6 @@
 package broker
 
-// DeleteGroups: versions 0-2. NON_EMPTY_GROUP unless the group is Empty;
+// DeleteGroups. NON_EMPTY_GROUP unless the group is Empty;
 // GROUP_ID_NOT_FOUND when neither members nor an offsets file exist.
 
 import (
@@ -10,6 +10,8 @@ import (
 
 	"github.com/kaas-dev/kaas/internal/wire"
 )
+
+func init() { register(kmsg.DeleteGroups, 0, 2, (*Broker).handleDeleteGroups) }
 
 func (b *Broker) handleDeleteGroups(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.DeleteGroupsRequest)

@@ -1,6 +1,6 @@
 package broker
 
-// OffsetDelete: version 0. GROUP_SUBSCRIBED_TO_TOPIC for topics an active
+// OffsetDelete. GROUP_SUBSCRIBED_TO_TOPIC for topics an active
 // consumer group subscribes to; GROUP_ID_NOT_FOUND for an unknown group.
 
 import (
@@ -12,6 +12,8 @@ import (
 	"github.com/kaas-dev/kaas/internal/offsets"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
+
+func init() { register(kmsg.OffsetDelete, 0, 0, (*Broker).handleOffsetDelete) }
 
 func (b *Broker) handleOffsetDelete(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.OffsetDeleteRequest)

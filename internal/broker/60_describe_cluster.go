@@ -1,6 +1,6 @@
 package broker
 
-// DescribeCluster: versions 0-1. Endpoint type 1 (brokers) only: kaas has no
+// DescribeCluster. Endpoint type 1 (brokers) only: kaas has no
 // separate controller listeners (UNSUPPORTED_ENDPOINT_TYPE for type 2).
 
 import (
@@ -11,6 +11,8 @@ import (
 
 	"github.com/kaas-dev/kaas/internal/wire"
 )
+
+func init() { register(kmsg.DescribeCluster, 0, 1, (*Broker).handleDescribeCluster) }
 
 func (b *Broker) handleDescribeCluster(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.DescribeClusterRequest)

@@ -1,6 +1,6 @@
 package broker
 
-// DescribeTransactions: version 0 (answered for the ids this broker
+// DescribeTransactions: (answered for the ids this broker
 // coordinates; NOT_COORDINATOR for others).
 
 import (
@@ -10,6 +10,8 @@ import (
 
 	"github.com/kaas-dev/kaas/internal/wire"
 )
+
+func init() { register(kmsg.DescribeTransactions, 0, 0, (*Broker).handleDescribeTransactions) }
 
 func (b *Broker) handleDescribeTransactions(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.DescribeTransactionsRequest)

@@ -1,6 +1,6 @@
 package broker
 
-// ListTransactions: versions 0-1 (v1 filters by duration), for the ids this
+// ListTransactions: (v1 filters by duration), for the ids this
 // broker coordinates; admin clients union the brokers' answers.
 
 import (
@@ -12,6 +12,8 @@ import (
 
 	"github.com/kaas-dev/kaas/internal/wire"
 )
+
+func init() { register(kmsg.ListTransactions, 0, 1, (*Broker).handleListTransactions) }
 
 func (b *Broker) handleListTransactions(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.ListTransactionsRequest)

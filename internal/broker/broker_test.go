@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,15 +24,27 @@ import (
 	"github.com/kaas-dev/kaas/internal/wire"
 )
 
-func TestHandlersMatchVersionTable(t *testing.T) {
-	for _, k := range wire.Keys() {
-		if handlers[k] == nil {
-			t.Errorf("%s is advertised but has no handler", wire.Name(k))
+// TestRegisteredVersionsAreServedByTheClientLibrary: every registered API
+// and version exists in kmsg (the codec), and ApiVersions advertises exactly
+// the registrations.
+func TestRegisteredVersionsAreServedByTheClientLibrary(t *testing.T) {
+	for k, a := range apis {
+		req := kmsg.RequestForKey(k)
+		if req == nil {
+			t.Errorf("key %d is registered but unknown to kmsg", k)
+			continue
+		}
+		if a.versions.Min < 0 || a.versions.Min > a.versions.Max || a.versions.Max > req.MaxVersion() {
+			t.Errorf("%s: versions %d-%d outside kmsg's 0-%d", wire.Name(k), a.versions.Min, a.versions.Max, req.MaxVersion())
 		}
 	}
-	for k := range handlers {
-		if _, ok := wire.Supported(k); !ok {
-			t.Errorf("%s has a handler but is not advertised", wire.Name(k))
+	adv := SupportedVersions()
+	if len(adv) != len(apis) {
+		t.Fatalf("ApiVersions lists %d keys, %d are registered", len(adv), len(apis))
+	}
+	for _, k := range adv {
+		if a := apis[k.ApiKey]; a.versions.Min != k.MinVersion || a.versions.Max != k.MaxVersion {
+			t.Errorf("%s advertised %d-%d, registered %d-%d", wire.Name(k.ApiKey), k.MinVersion, k.MaxVersion, a.versions.Min, a.versions.Max)
 		}
 	}
 }
@@ -482,4 +497,42 @@ func TestOffsetsRetentionExpiresEmptyGroups(t *testing.T) {
 	if _, ok := listed["old-group"]; ok {
 		t.Fatal("a group with no offsets and no members is still listed")
 	}
+}
+
+// TestStatusDocListsTheServedVersions: docs/status.md's table of APIs and
+// versions is the registrations, no more and no less.
+func TestStatusDocListsTheServedVersions(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "status.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]string{}
+	for _, m := range regexp.MustCompile(`\b([A-Z][A-Za-z]+) (\d+(?:-\d+)?)\b`).FindAllStringSubmatch(string(data), -1) {
+		listed[strings.ToLower(m[1])] = m[2] // InitProducerId (Kafka) is kmsg's InitProducerID
+	}
+	for _, k := range SupportedVersions() {
+		want := strconv.Itoa(int(k.MinVersion))
+		if k.MaxVersion != k.MinVersion {
+			want += "-" + strconv.Itoa(int(k.MaxVersion))
+		}
+		name := strings.ToLower(wire.Name(k.ApiKey))
+		if got, ok := listed[name]; !ok || got != want {
+			t.Errorf("docs/status.md lists %s as %q; it is served at %s", name, got, want)
+		}
+		delete(listed, name)
+	}
+	for name, v := range listed {
+		if keyOf(name) >= 0 {
+			t.Errorf("docs/status.md lists %s %s, which is not served", name, v)
+		}
+	}
+}
+
+func keyOf(name string) int16 {
+	for k := int16(0); k < 200; k++ {
+		if strings.EqualFold(kmsg.NameForKey(k), name) {
+			return k
+		}
+	}
+	return -1
 }

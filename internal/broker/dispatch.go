@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -14,52 +15,44 @@ import (
 // runs on the connection's writer goroutine.
 type handler func(b *Broker, ctx context.Context, c *conn, req wire.Request) func() kmsg.Response
 
-// handlers maps every advertised API key to its handler. A test checks that
-// wire's version table and this map agree.
-var handlers map[int16]handler
+// api is one served API: the versions advertised and its handler.
+type api struct {
+	versions wire.Range
+	handle   handler
+}
 
-func init() {
-	handlers = map[int16]handler{
-		kmsg.Produce.Int16():              (*Broker).handleProduce,
-		kmsg.Fetch.Int16():                (*Broker).handleFetch,
-		kmsg.ListOffsets.Int16():          (*Broker).handleListOffsets,
-		kmsg.Metadata.Int16():             (*Broker).handleMetadata,
-		kmsg.ApiVersions.Int16():          (*Broker).handleAPIVersions,
-		kmsg.CreateTopics.Int16():         (*Broker).handleCreateTopics,
-		kmsg.DeleteTopics.Int16():         (*Broker).handleDeleteTopics,
-		kmsg.InitProducerID.Int16():       (*Broker).handleInitProducerID,
-		kmsg.FindCoordinator.Int16():      (*Broker).handleFindCoordinator,
-		kmsg.OffsetCommit.Int16():         (*Broker).handleOffsetCommit,
-		kmsg.OffsetFetch.Int16():          (*Broker).handleOffsetFetch,
-		kmsg.JoinGroup.Int16():            (*Broker).handleJoinGroup,
-		kmsg.SyncGroup.Int16():            (*Broker).handleSyncGroup,
-		kmsg.Heartbeat.Int16():            (*Broker).handleHeartbeat,
-		kmsg.LeaveGroup.Int16():           (*Broker).handleLeaveGroup,
-		kmsg.DescribeGroups.Int16():       (*Broker).handleDescribeGroups,
-		kmsg.ListGroups.Int16():           (*Broker).handleListGroups,
-		kmsg.DeleteGroups.Int16():         (*Broker).handleDeleteGroups,
-		kmsg.OffsetDelete.Int16():         (*Broker).handleOffsetDelete,
-		kmsg.AddPartitionsToTxn.Int16():   (*Broker).handleAddPartitionsToTxn,
-		kmsg.AddOffsetsToTxn.Int16():      (*Broker).handleAddOffsetsToTxn,
-		kmsg.EndTxn.Int16():               (*Broker).handleEndTxn,
-		kmsg.WriteTxnMarkers.Int16():      (*Broker).handleWriteTxnMarkers,
-		kmsg.TxnOffsetCommit.Int16():      (*Broker).handleTxnOffsetCommit,
-		kmsg.DescribeTransactions.Int16(): (*Broker).handleDescribeTransactions,
-		kmsg.ListTransactions.Int16():     (*Broker).handleListTransactions,
-		kmsg.DescribeConfigs.Int16():      (*Broker).handleDescribeConfigs,
-		kmsg.CreatePartitions.Int16():     (*Broker).handleCreatePartitions,
-		kmsg.DescribeCluster.Int16():      (*Broker).handleDescribeCluster,
+// apis holds every served API. Each handler file registers its own key and
+// versions once, in an init function: that registration is the one place a
+// version range is stated; ApiVersions and decoding derive from it.
+var apis = map[int16]api{}
+
+// register serves key at versions min..max with h. Called from init only.
+func register(key kmsg.Key, min, max int16, h handler) {
+	if _, dup := apis[key.Int16()]; dup {
+		panic("broker: " + key.Name() + " registered twice") // a programming error at init
 	}
+	apis[key.Int16()] = api{versions: wire.Range{Min: min, Max: max}, handle: h}
+}
+
+// supported is the wire.Supported of this broker.
+func supported(key int16) (wire.Range, bool) {
+	a, ok := apis[key]
+	return a.versions, ok
+}
+
+// SupportedVersions lists every served API key with its versions, in key
+// order: what ApiVersions advertises.
+func SupportedVersions() []kmsg.ApiVersionsResponseApiKey {
+	out := make([]kmsg.ApiVersionsResponseApiKey, 0, len(apis))
+	for k, a := range apis {
+		out = append(out, kmsg.ApiVersionsResponseApiKey{ApiKey: k, MinVersion: a.versions.Min, MaxVersion: a.versions.Max})
+	}
+	slices.SortFunc(out, func(x, y kmsg.ApiVersionsResponseApiKey) int { return int(x.ApiKey) - int(y.ApiKey) })
+	return out
 }
 
 func (b *Broker) dispatch(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
-	h, ok := handlers[req.Key]
-	if !ok { // the version table promised an API with no handler: a bug
-		c.log.Error("no handler for advertised api", "api", wire.Name(req.Key))
-		resp := req.Body.ResponseKind()
-		return func() kmsg.Response { return resp }
-	}
-	return h(b, ctx, c, req)
+	return apis[req.Key].handle(b, ctx, c, req) // Decode admits registered keys only
 }
 
 // readiness is implemented by cluster views that may not yet be able to

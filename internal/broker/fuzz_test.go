@@ -73,7 +73,7 @@ func FuzzDispatch(f *testing.F) {
 		if len(frame) < 8 {
 			return
 		}
-		req, err := wire.Decode(frame)
+		req, err := wire.Decode(frame, supported)
 		if err != nil {
 			return
 		}

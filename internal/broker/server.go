@@ -266,7 +266,7 @@ func (c *conn) read(out chan<- pending) {
 			return
 		}
 		size := int64(cap(frame))
-		req, err := wire.Decode(frame)
+		req, err := wire.Decode(frame, supported)
 		if err != nil {
 			if req.Key == kmsg.ApiVersions.Int16() && errors.Is(err, wire.ErrUnsupportedVersion) {
 				// Kafka answers an ApiVersions it cannot parse with a v0

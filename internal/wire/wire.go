@@ -81,9 +81,9 @@ func PeekHeader(frame []byte) Header {
 //
 // The body's byte slices alias frame: the caller must not reuse frame while
 // the request is alive.
-func Decode(frame []byte) (Request, error) {
+func Decode(frame []byte, supported Supported) (Request, error) {
 	h := PeekHeader(frame)
-	rng, ok := Supported(h.Key)
+	rng, ok := supported(h.Key)
 	if !ok {
 		return Request{Header: h}, fmt.Errorf("%w: %d", ErrUnknownKey, h.Key)
 	}
