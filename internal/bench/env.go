@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/kaas-dev/kaas/internal/broker"
+	"github.com/kaas-dev/kaas/internal/node"
 	"github.com/kaas-dev/kaas/internal/group"
 )
 
@@ -115,38 +116,22 @@ func (e *Env) Close() {
 	}
 }
 
-// StartKaas starts one more kaas broker on dir, closed with e. mod, if not
-// nil, adjusts its Config (a later goal may set group options there).
-func (e *Env) StartKaas(ctx context.Context, name, dir string, mod func(*broker.Config)) (Target, error) {
-	cfg := broker.Config{ID: 0, DataDir: dir, Listen: "127.0.0.1:0", Logger: e.Log.With("target", name)}
-	if mod != nil {
-		mod(&cfg)
-	}
-	b, err := broker.New(cfg)
+// StartKaas starts one more kaas broker on dir (node.StartSingle), closed
+// with e. gc, if not nil, is its groups' configuration.
+func (e *Env) StartKaas(ctx context.Context, name, dir string, gc *group.Config) (Target, error) {
+	s, err := node.StartSingle(broker.Config{ID: 0, DataDir: dir, Listen: "127.0.0.1:0", Logger: e.Log.With("target", name)}, gc)
 	if err != nil {
 		return Target{}, fmt.Errorf("bench: start %s: %w", name, err)
 	}
-	if err := b.Listen(); err != nil {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		b.Close(cctx)
-		return Target{}, fmt.Errorf("bench: start %s: %w", name, err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- b.Serve() }()
 	e.onClose(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := b.Close(cctx); err != nil {
+		if err := s.Close(cctx); err != nil {
 			e.Log.Warn("close kaas", "target", name, "err", err)
-		}
-		select {
-		case <-served:
-		case <-time.After(10 * time.Second):
 		}
 	})
 	tmpfs := IsTmpfs(dir)
-	return Target{Name: name, Addrs: []string{b.Addr()}, DataDir: dir, Durable: !tmpfs}, nil
+	return Target{Name: name, Addrs: []string{s.Addr()}, DataDir: dir, Durable: !tmpfs}, nil
 }
 
 // StartKfake starts one more kfake cluster with one broker (kaas runs one
@@ -229,7 +214,7 @@ func (e *Env) GroupTarget(ctx context.Context) (Target, error) {
 	}
 	gc := group.DefaultConfig()
 	gc.InitialRebalanceDelay = 0
-	t, err := e.StartKaas(ctx, "kaas-tmpfs-delay0", dir, func(c *broker.Config) { c.Group = &gc })
+	t, err := e.StartKaas(ctx, "kaas-tmpfs-delay0", dir, &gc)
 	if err != nil {
 		return Target{}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kaas-dev/kaas/internal/broker"
+	"github.com/kaas-dev/kaas/internal/node"
 	"github.com/kaas-dev/kaas/internal/offsets"
 	"github.com/kaas-dev/kaas/internal/volume"
 )
@@ -142,39 +143,27 @@ func (takeoverGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 	ready := time.Since(t0)
 	rows = append(rows, AtMost(g, fmt.Sprintf("takeover: broker ready over %d group files, kaas %s", files, kind), "ms",
 		ms(ready), takeoverReadyMs, RefSpec, 1.0,
-		"from broker.New to the first answered request (client connect included); groups load on first touch"))
+		"from the broker's start (node.StartSingle) to the first answered request (client connect included); groups load on first touch"))
 	return rows, nil
 }
 
 // startBroker runs a standalone kaas broker on dir that the caller stops
 // (at the latest when the run ends).
 func startBroker(ctx context.Context, env *Env, dir string) (Target, func(), error) {
-	b, err := broker.New(broker.Config{ID: 0, DataDir: dir, Listen: "127.0.0.1:0", Logger: env.Log.With("target", "kaas-takeover")})
+	s, err := node.StartSingle(broker.Config{ID: 0, DataDir: dir, Listen: "127.0.0.1:0", Logger: env.Log.With("target", "kaas-takeover")}, nil)
 	if err != nil {
 		return Target{}, nil, fmt.Errorf("bench: start broker: %w", err)
 	}
-	if err := b.Listen(); err != nil {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		b.Close(cctx)
-		return Target{}, nil, fmt.Errorf("bench: start broker: %w", err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- b.Serve() }()
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
 			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			b.Close(cctx)
-			select {
-			case <-served:
-			case <-time.After(10 * time.Second):
-			}
+			s.Close(cctx)
 		})
 	}
 	env.onClose(stop)
-	return Target{Name: "kaas-takeover", Addrs: []string{b.Addr()}, DataDir: dir, Durable: !IsTmpfs(dir)}, stop, nil
+	return Target{Name: "kaas-takeover", Addrs: []string{s.Addr()}, DataDir: dir, Durable: !IsTmpfs(dir)}, stop, nil
 }
 
 // writeGroupFiles writes n group files (one offset each) through the

@@ -22,8 +22,6 @@ import (
 
 	"github.com/kaas-dev/kaas/internal/coord"
 	"github.com/kaas-dev/kaas/internal/fsutil"
-	"github.com/kaas-dev/kaas/internal/group"
-	"github.com/kaas-dev/kaas/internal/offsets"
 	"github.com/kaas-dev/kaas/internal/storage"
 	"github.com/kaas-dev/kaas/internal/topics"
 	"github.com/kaas-dev/kaas/internal/txn"
@@ -76,14 +74,11 @@ type Config struct {
 	// Cluster is the broker's view of the cluster. Nil runs a single broker
 	// that leads every partition.
 	Cluster Cluster
-	// Coordinator coordinates consumer groups. Nil: a standalone one over
-	// the data dir (this broker coordinates every group).
+	// Coordinator coordinates consumer groups; required. Its maker (node)
+	// closes it after the broker.
 	Coordinator *coord.Coordinator
 	// Now is the clock (tests inject); nil is time.Now.
 	Now func() time.Time
-	// Group configures the standalone coordinator's groups; nil: Kafka's
-	// defaults (3 s initial rebalance delay, 6 s-30 min session timeouts).
-	Group *group.Config
 }
 
 func (c *Config) setDefaults() {
@@ -190,7 +185,6 @@ type Broker struct {
 
 	closeOnce sync.Once
 	closeErr  error
-	ownCoord  *offsets.Store // the offsets store this broker opened itself, closed with it
 }
 
 func (b *Broker) now() time.Time { return b.cfg.Now() }
@@ -211,6 +205,9 @@ func New(cfg Config) (*Broker, error) {
 	}
 	if cfg.DataDir == "" {
 		return nil, errors.New("broker: data dir is required")
+	}
+	if cfg.Coordinator == nil {
+		return nil, errors.New("broker: Config.Coordinator is required (node assembles a broker)")
 	}
 	if err := os.MkdirAll(volume.ClusterDir(cfg.DataDir), 0o755); err != nil {
 		return nil, fmt.Errorf("broker: data dir: %w", err)
@@ -235,22 +232,6 @@ func New(cfg Config) (*Broker, error) {
 		b.cfg.Cluster = single{b}
 	}
 	b.coord = cfg.Coordinator
-	if b.coord == nil {
-		store, err := offsets.Open(offsets.Options{Dir: volume.OffsetsDir(cfg.DataDir), Logger: log})
-		if err != nil {
-			cancel()
-			return nil, err
-		}
-		gc := group.DefaultConfig()
-		if cfg.Group != nil {
-			gc = *cfg.Group
-		}
-		self := b.self()
-		b.coord = coord.New(coord.Config{Me: volume.BrokerName(cfg.ID), Store: store, Logger: log,
-			Standalone: true, Now: cfg.Now, Group: gc,
-			Self: coord.Broker{ID: volume.BrokerName(cfg.ID), NodeID: cfg.ID, Host: self.Host, Port: self.Port}})
-		b.ownCoord = store
-	}
 	b.txn, err = txn.New(txn.Config{
 		Me: volume.BrokerName(cfg.ID), Dir: volume.TransactionsDir(cfg.DataDir),
 		Logger: log, Grant: b.coord.GrantTxn,
@@ -418,11 +399,6 @@ func (b *Broker) close(ctx context.Context) error {
 	b.partMu.Unlock()
 	for _, p := range parts {
 		if cerr := p.close(); cerr != nil && err == nil {
-			err = cerr
-		}
-	}
-	if b.ownCoord != nil {
-		if cerr := b.ownCoord.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
 	}

@@ -152,7 +152,7 @@ print("ok", got, len(vals))
 
 func TestConfluentKafkaPythonTransactions(t *testing.T) {
 	requireTool(t, "confluent-kafka-python", "/usr/bin/python3", "-c", "import confluent_kafka")
-	b := startBroker(t, t.TempDir(), fastGroups)
+	b := startGroupBroker(t, t.TempDir(), fastGroups(), nil)
 	cl := client(t, b)
 	createTopic(t, cl, "ck-in", 2, nil)
 	createTopic(t, cl, "ck-out", 2, nil)

@@ -30,11 +30,8 @@ func seedFrame(req kmsg.Request) []byte {
 // response encodes.
 func FuzzDispatch(f *testing.F) {
 	// One broker for every input of this fuzz process.
-	b, err := New(Config{ID: 0, DataDir: f.TempDir(), Listen: "127.0.0.1:0", AutoCreateTopics: true,
-		Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		f.Fatal(err)
-	}
+	b := newBroker(f, Config{ID: 0, DataDir: f.TempDir(), Listen: "127.0.0.1:0", AutoCreateTopics: true,
+		Logger: slog.New(slog.DiscardHandler)}, nil)
 	f.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

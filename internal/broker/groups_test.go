@@ -16,16 +16,17 @@ import (
 	"github.com/kaas-dev/kaas/internal/testutil"
 )
 
-func fastGroups(c *Config) {
+// fastGroups is Kafka's group defaults without the initial rebalance delay.
+func fastGroups() *group.Config {
 	gc := group.DefaultConfig()
 	gc.InitialRebalanceDelay = 0
-	c.Group = &gc
+	return &gc
 }
 
 // groupConsumer consumes topic in group until it has n records in total
 // across the shared map, committing as it goes.
 func TestConsumerGroupConvergesAndResumesFromCommits(t *testing.T) {
-	b := startBroker(t, t.TempDir(), fastGroups)
+	b := startGroupBroker(t, t.TempDir(), fastGroups(), nil)
 	cl := client(t, b)
 	createTopic(t, cl, "gt", 6, nil)
 	produceN(t, cl, "gt", 600)

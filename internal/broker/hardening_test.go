@@ -40,10 +40,7 @@ func (l *failingListener) Accept() (net.Conn, error) {
 }
 
 func TestFailedAcceptDoesNotEndTheBroker(t *testing.T) {
-	b, err := New(Config{ID: 0, DataDir: t.TempDir(), Listen: "127.0.0.1:0", Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newBroker(t, Config{ID: 0, DataDir: t.TempDir(), Listen: "127.0.0.1:0", Logger: testLogger(t)}, nil)
 	if err := b.Listen(); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kaas-dev/kaas/internal/coord"
+	"github.com/kaas-dev/kaas/internal/group"
+	"github.com/kaas-dev/kaas/internal/volume"
 )
 
 // testLogger writes broker logs to the test log when -v, else discards.
@@ -20,17 +24,44 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
+// newBroker makes a broker running alone over cfg.DataDir, with its own
+// coordinator (closed when the test ends, after the broker) whose groups
+// follow gc (nil: Kafka's defaults). Tests cannot use node (it imports this
+// package), so this is node.StartSingle's assembly for tests.
+func newBroker(t testing.TB, cfg Config, gc *group.Config) *Broker {
+	t.Helper()
+	g := group.DefaultConfig()
+	if gc != nil {
+		g = *gc
+	}
+	co, err := coord.OpenStandalone(cfg.DataDir, coord.Config{Me: volume.BrokerName(cfg.ID),
+		Self: coord.Broker{ID: volume.BrokerName(cfg.ID), NodeID: cfg.ID}, Logger: cfg.Logger, Now: cfg.Now, Group: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { co.Close() })
+	cfg.Coordinator = co
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // startBroker runs a broker on a loopback port over dir until the test ends.
 func startBroker(t testing.TB, dir string, mod func(*Config)) *Broker {
+	t.Helper()
+	return startGroupBroker(t, dir, nil, mod)
+}
+
+// startGroupBroker is startBroker with its groups following gc.
+func startGroupBroker(t testing.TB, dir string, gc *group.Config, mod func(*Config)) *Broker {
 	t.Helper()
 	cfg := Config{ID: 0, DataDir: dir, Listen: "127.0.0.1:0", Logger: testLogger(t)}
 	if mod != nil {
 		mod(&cfg)
 	}
-	b, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newBroker(t, cfg, gc)
 	if err := b.Listen(); err != nil {
 		t.Fatal(err)
 	}

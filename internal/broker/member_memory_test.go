@@ -23,7 +23,7 @@ func TestMemberMetadataIsFreedWithTheMember(t *testing.T) {
 	gc := group.DefaultConfig()
 	gc.InitialRebalanceDelay = 0
 	gc.MinSessionTimeout = 500 * time.Millisecond
-	b := startBroker(t, t.TempDir(), func(c *Config) { c.Group = &gc })
+	b := startGroupBroker(t, t.TempDir(), &gc, nil)
 	heap := func() int64 {
 		runtime.GC()
 		runtime.GC()

@@ -143,7 +143,7 @@ func TestTransactionTimeoutAborts(t *testing.T) {
 }
 
 func TestTransactionThatOnlyCommitsOffsets(t *testing.T) {
-	b := startBroker(t, t.TempDir(), fastGroups)
+	b := startGroupBroker(t, t.TempDir(), fastGroups(), nil)
 	cl := client(t, b)
 	createTopic(t, cl, "in", 1, nil)
 	ctx := context.Background()

@@ -13,6 +13,7 @@ import (
 	"github.com/kaas-dev/kaas/internal/cluster"
 	"github.com/kaas-dev/kaas/internal/group"
 	"github.com/kaas-dev/kaas/internal/offsets"
+	"github.com/kaas-dev/kaas/internal/volume"
 )
 
 // Errors returned to the broker, which maps them to Kafka codes.
@@ -70,10 +71,11 @@ type Config struct {
 
 // Coordinator holds the groups this broker coordinates.
 type Coordinator struct {
-	cfg   Config
-	log   *slog.Logger
-	own   *Ownership
-	store *offsets.Store
+	cfg      Config
+	log      *slog.Logger
+	own      *Ownership
+	store    *offsets.Store
+	ownStore bool // opened by OpenStandalone: Close closes it
 
 	mu     sync.Mutex // guards groups, table and recent; taken before any shell.mu
 	groups map[string]*shell
@@ -105,6 +107,30 @@ type shell struct {
 	infoSet    bool
 	infoGen    int32 // the generation and emptiness info was last computed at
 	infoEmpty  bool
+}
+
+// OpenStandalone opens the offsets store of a broker that runs alone on
+// dataDir and returns a coordinator over it that serves every group (the
+// local source is the real one) and owns the store: Close closes it.
+// cfg.Store and cfg.Standalone are set here.
+func OpenStandalone(dataDir string, cfg Config) (*Coordinator, error) {
+	st, err := offsets.Open(offsets.Options{Dir: volume.OffsetsDir(dataDir), Logger: cfg.Logger, Now: cfg.Now})
+	if err != nil {
+		return nil, err
+	}
+	cfg.Store, cfg.Standalone = st, true
+	c := New(cfg)
+	c.ownStore = true
+	return c, nil
+}
+
+// Close closes the offsets store when this coordinator opened it
+// (OpenStandalone); a store given in Config is its giver's to close.
+func (c *Coordinator) Close() error {
+	if !c.ownStore {
+		return nil
+	}
+	return c.store.Close()
 }
 
 // New returns a Coordinator with the permissive bootstrap source.

@@ -103,9 +103,14 @@ func Start(cfg Config) (*Node, error) {
 		store.Close()
 		return nil, err
 	}
-	if err := b.Listen(); err != nil {
+	// fail undoes what Start opened, in reverse order, on any later error.
+	fail := func(err error) (*Node, error) {
 		_ = b.Close(context.Background())
+		store.Close()
 		return nil, err
+	}
+	if err := b.Listen(); err != nil {
+		return fail(err)
 	}
 	adv := bc.Advertise
 	if adv == "" {
@@ -113,8 +118,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	host, portS, err := net.SplitHostPort(adv)
 	if err != nil {
-		_ = b.Close(context.Background())
-		return nil, fmt.Errorf("node: advertise %q: %w", adv, err)
+		return fail(fmt.Errorf("node: advertise %q: %w", adv, err))
 	}
 	port, _ := strconv.Atoi(portS)
 	rt, err = cluster.New(cluster.Config{
@@ -133,8 +137,7 @@ func Start(cfg Config) (*Node, error) {
 		},
 	})
 	if err != nil {
-		_ = b.Close(context.Background())
-		return nil, err
+		return fail(err)
 	}
 	v.rt, v.me = rt, bc.ID
 	rtp.Store(rt)
@@ -212,6 +215,60 @@ func (n *Node) Wait() error {
 	n.served <- err
 	if errors.Is(err, context.Canceled) {
 		return nil
+	}
+	return err
+}
+
+// Single is one broker running alone on a data dir, without a cluster
+// runtime: it leads every partition and coordinates every group. Tools and
+// benchmarks use it; `kaas broker` and `kaas dev` run Nodes.
+type Single struct {
+	Broker *broker.Broker
+	coord  *coord.Coordinator
+	served chan error
+}
+
+// StartSingle assembles a single broker (its coordinator over its own
+// offsets store, then the broker), binds its listener and serves. group nil
+// is Kafka's group defaults.
+func StartSingle(bc broker.Config, gc *group.Config) (*Single, error) {
+	g := group.DefaultConfig()
+	if gc != nil {
+		g = *gc
+	}
+	co, err := coord.OpenStandalone(bc.DataDir, coord.Config{Me: Name(bc.ID),
+		Self: coord.Broker{ID: Name(bc.ID), NodeID: bc.ID}, Logger: bc.Logger, Now: bc.Now, Group: g})
+	if err != nil {
+		return nil, err
+	}
+	bc.Coordinator = co
+	b, err := broker.New(bc)
+	if err != nil {
+		co.Close()
+		return nil, err
+	}
+	if err := b.Listen(); err != nil {
+		_ = b.Close(context.Background())
+		co.Close()
+		return nil, err
+	}
+	s := &Single{Broker: b, coord: co, served: make(chan error, 1)}
+	go func() { s.served <- b.Serve() }()
+	return s, nil
+}
+
+// Addr is the broker's listener address.
+func (s *Single) Addr() string { return s.Broker.Addr() }
+
+// Close stops the broker (connections finish what they read until ctx
+// ends), then its coordinator's store.
+func (s *Single) Close(ctx context.Context) error {
+	err := s.Broker.Close(ctx)
+	if serr := <-s.served; serr != nil && err == nil {
+		err = serr
+	}
+	if cerr := s.coord.Close(); cerr != nil && err == nil {
+		err = cerr
 	}
 	return err
 }
