@@ -2,7 +2,7 @@
 // election, broker liveness reports, and assignment.json (reading, applying,
 // and, on the controller, computing and writing it). It imports only
 // internal/route (the one routing function), internal/fsutil and
-// internal/topics; it must not import the broker or the coordinator, which
+// internal/volume; it must not import the broker or the coordinator, which
 // learn about assignments through the Runtime's hooks.
 package cluster
 

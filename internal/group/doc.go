@@ -7,10 +7,10 @@
 // It owns the membership of one group: members, pending (KIP-394) member ids,
 // generation, protocol, leader and assignments. It owns no goroutine, does no
 // I/O, never reads the clock (every input carries now) and takes no lock: a
-// shell (one goroutine per group) feeds it requests and timer firings and
-// performs the Output each call returns (responses to send, timers to arm or
-// cancel, log events). A Group is not safe for concurrent use; it runs on the
-// group's goroutine.
+// shell (coord's membership, under the group's mutex) feeds it requests and
+// timer firings one at a time and performs the Output each call returns
+// (responses to send, timers to arm or cancel, log events). A Group is not
+// safe for concurrent use: its shell serialises every call.
 //
 // It imports the standard library and franz-go's kerr (error codes) and kmsg
 // (consumer protocol metadata decoding) only; it must not import other kaas

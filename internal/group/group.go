@@ -69,8 +69,8 @@ type timerSlot struct {
 	at  time.Time
 }
 
-// Group is one classic consumer group. Create it with New; feed it inputs on
-// one goroutine only.
+// Group is one classic consumer group. Create it with New; feed it one input
+// at a time (its shell holds the group's mutex for each).
 type Group struct {
 	id  string
 	cfg Config
