@@ -15,8 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/kaas-dev/kaas/internal/broker"
-	"github.com/kaas-dev/kaas/internal/node"
 	"github.com/kaas-dev/kaas/internal/group"
+	"github.com/kaas-dev/kaas/internal/node"
 )
 
 // Target is one running Kafka-compatible cluster a goal can drive.

@@ -21,8 +21,9 @@ func (b *Broker) handleProduce(_ context.Context, c *conn, req wire.Request) fun
 	r := req.Body.(*kmsg.ProduceRequest)
 	resp := r.ResponseKind().(*kmsg.ProduceResponse)
 	type synced struct {
-		p   *partition
-		out *kmsg.ProduceResponseTopicPartition
+		p    *partition
+		out  *kmsg.ProduceResponseTopicPartition
+		cuts uint64 // the log's Cuts before the append
 	}
 	var toSync []synced
 	badAcks := r.Acks != 0 && r.Acks != 1 && r.Acks != -1
@@ -60,6 +61,7 @@ func (b *Broker) handleProduce(_ context.Context, c *conn, req wire.Request) fun
 				continue
 			}
 			t, _ := b.topics.Get(rt.Topic)
+			cuts := p.log.Cuts()
 			res, err := p.log.Append(rp.Records, storage.AppendOptions{
 				LogAppendTime: t != nil && t.String("message.timestamp.type", "CreateTime") == "LogAppendTime",
 			})
@@ -75,7 +77,7 @@ func (b *Broker) handleProduce(_ context.Context, c *conn, req wire.Request) fun
 			}
 			sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = res.BaseOffset, res.LogAppendTime, res.LogStartOffset
 			if r.Acks == -1 {
-				toSync = append(toSync, synced{p, sp})
+				toSync = append(toSync, synced{p, sp, cuts})
 			} else {
 				p.flushSoon()
 			}
@@ -96,7 +98,11 @@ func (b *Broker) handleProduce(_ context.Context, c *conn, req wire.Request) fun
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := s.p.log.Sync(); err != nil {
+				err := s.p.log.Sync()
+				if err == nil && s.p.log.Cuts() != s.cuts {
+					err = storage.ErrCut
+				}
+				if err != nil {
 					e := storageError(err)
 					if e == kerr.KafkaStorageError {
 						b.log.Error("produce: sync failed", "topic", s.p.topic, "partition", s.p.index, "err", err)

@@ -502,7 +502,7 @@ func (b *Broker) partitionFor(topic string, idx int32) (*partition, error) {
 				b.log.Warn("closing partition failed", "topic", topic, "partition", idx, "err", err)
 			}
 		}
-		l, err := storage.Open(partitionDir(b.cfg.DataDir, topic, idx), b.logOptions(t, epoch))
+		l, err := b.openLog(t, idx, epoch)
 		var p *partition
 		if err == nil {
 			p = &partition{
@@ -535,6 +535,7 @@ func (b *Broker) logOptions(t *topics.Topic, epoch int32) storage.Options {
 		MaxMessageBytes: int32(t.Int64("max.message.bytes", int64(b.cfg.DefaultMaxMessageBytes))),
 		LeaderEpoch:     epoch,
 		Logger:          b.log,
+		Owner:           t.ID.String(),
 	}
 }
 
@@ -591,22 +592,49 @@ func (b *Broker) removeTopicData(t *topics.Topic) error {
 			b.log.Warn("closing partition failed", "topic", p.topic, "partition", p.index, "err", err)
 		}
 	}
-	dir := volume.TopicDir(b.cfg.DataDir, t.Name)
-	// Move the directory aside first so that a topic re-created under the
-	// same name starts from an empty directory at once.
-	// Named by the topic's id alone: a name of up to 249 characters plus
-	// the id would pass the file system's 255-byte limit.
-	trash := filepath.Join(volume.DeletedDir(b.cfg.DataDir), t.ID.String())
-	if err := os.MkdirAll(filepath.Dir(trash), 0o755); err != nil {
+	return moveAside(b.cfg.DataDir, volume.TopicDir(b.cfg.DataDir, t.Name), t.ID.String())
+}
+
+// moveAside renames dir into the deleted folder under name (a topic's id:
+// a topic name of up to 249 characters plus an id would pass the file
+// system's 255-byte limit), makes the rename durable in both folders, and
+// removes it. So a topic created again under the same name starts from an
+// empty directory, and a crash cannot bring the old one back.
+func moveAside(dataDir, dir, name string) error {
+	deleted := volume.DeletedDir(dataDir)
+	if err := os.MkdirAll(deleted, 0o755); err != nil {
 		return err
 	}
+	trash := filepath.Join(deleted, name)
 	if err := os.Rename(dir, trash); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
 		return err
 	}
+	if err := fsutil.SyncDir(filepath.Dir(dir)); err != nil {
+		return err
+	}
+	if err := fsutil.SyncDir(deleted); err != nil {
+		return err
+	}
 	return os.RemoveAll(trash)
+}
+
+// openLog opens partition idx of t at epoch. A directory a crash left
+// behind from a deleted topic of the same name (another topic id in its
+// owner file) is moved aside first.
+func (b *Broker) openLog(t *topics.Topic, idx, epoch int32) (*storage.Log, error) {
+	dir := partitionDir(b.cfg.DataDir, t.Name, idx)
+	l, err := storage.Open(dir, b.logOptions(t, epoch))
+	if !errors.Is(err, storage.ErrOtherOwner) {
+		return l, err
+	}
+	b.log.Warn("a deleted topic's partition was left on the volume; moving it aside", "topic", t.Name, "partition", idx, "err", err)
+	if err := moveAside(b.cfg.DataDir, dir, fmt.Sprintf("%s-%d-stale-%d", t.ID, idx, b.now().UnixNano())); err != nil {
+		return nil, fmt.Errorf("move aside %s: %w", dir, err)
+	}
+	return storage.Open(dir, b.logOptions(t, epoch))
 }
 
 func partitionDir(dataDir, topic string, idx int32) string {

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kaas-dev/kaas/internal/storage"
 	"github.com/kaas-dev/kaas/internal/txn"
 )
 
@@ -149,22 +150,31 @@ func cmp(first, err error) error {
 // writeMarkers appends markers to partitions this broker leads and syncs.
 func (b *Broker) writeMarkers(pid int64, epoch int16, commit bool, tps []txn.TP) map[txn.TP]error {
 	errs := map[txn.TP]error{}
-	var synced []*partition
+	type written struct {
+		p    *partition
+		cuts uint64
+	}
+	var synced []written
 	for _, tp := range tps {
 		p, err := b.partitionFor(tp.Topic, tp.Partition)
 		if err != nil {
 			errs[tp] = err
 			continue
 		}
+		cuts := p.log.Cuts()
 		if _, err := p.log.AppendMarker(pid, epoch, commit, 0); err != nil {
 			errs[tp] = err
 			continue
 		}
-		synced = append(synced, p)
+		synced = append(synced, written{p, cuts})
 	}
-	for _, p := range synced {
-		if err := p.log.Sync(); err != nil {
-			errs[txn.TP{Topic: p.topic, Partition: p.index}] = err
+	for _, w := range synced {
+		err := w.p.log.Sync()
+		if err == nil && w.p.log.Cuts() != w.cuts {
+			err = storage.ErrCut // the marker may be gone: write it again
+		}
+		if err != nil {
+			errs[txn.TP{Topic: w.p.topic, Partition: w.p.index}] = err
 		}
 	}
 	return errs

@@ -27,7 +27,9 @@ func (l *Log) closeSegment(seg *segment) error {
 	err = f.Sync()
 	seg.log.release()
 	if err != nil {
-		return fmt.Errorf("storage: fsync %s: %w", seg.log.path, err)
+		err = fmt.Errorf("storage: fsync %s: %w", seg.log.path, err)
+		l.dropUnsyncedLocked(err)
+		return err
 	}
 	name := segmentName(seg.base, indexSuffix)
 	if err := writeFileAtomic(l.dir, name, encodeIndex(seg.mem)); err != nil {
@@ -60,7 +62,7 @@ func (l *Log) newActive(base int64) error {
 		f.Close()
 		return err
 	}
-	l.segs = append(l.segs, &segment{base: base, end: base, maxTs: math.MinInt64, log: l.opts.Files.pinned(path, f)})
+	l.segs = append(l.segs, &segment{base: base, end: base, syncedEnd: base, maxTs: math.MinInt64, log: l.opts.Files.pinned(path, f)})
 	return nil
 }
 
@@ -118,6 +120,12 @@ func (l *Log) Append(records []byte, o AppendOptions) (AppendResult, error) {
 		return AppendResult{}, fmt.Errorf("storage: append to %s: %w", l.dir, ErrFenced)
 	case l.broken != nil:
 		return AppendResult{}, l.broken
+	case l.cutPending != nil:
+		if l.dropUnsyncedLocked(l.cutPending); l.cutPending != nil {
+			return AppendResult{}, l.cutPending
+		}
+	}
+	switch {
 	case len(records) == 0:
 		return AppendResult{}, fmt.Errorf("storage: append to %s: %w: no batches", l.dir, ErrInvalidRecord)
 	}
@@ -297,7 +305,13 @@ func (l *Log) Sync() error {
 		l.round = r
 		l.syncMu.Unlock()
 
-		covered, err := l.fsyncActive()
+		covered, err := int64(0), l.retryCut() // never fsync over a tail still to cut
+		if err == nil {
+			covered, err = l.fsyncActive()
+		}
+		if errors.Is(err, errFsync) {
+			l.dropUnsynced(err)
+		}
 		if err == nil {
 			err = l.checkFence()
 		}
@@ -325,7 +339,8 @@ func (l *Log) fsyncActive() (int64, error) {
 		return 0, ErrClosed
 	}
 	// Held until the fsync ends: a roll or Close meanwhile leaves it open.
-	file, covered := l.active().log, l.leo.Load()
+	seg := l.active()
+	file, covered, size := seg.log, l.leo.Load(), seg.size
 	f, err := file.acquire()
 	l.mu.RUnlock()
 	if err != nil {
@@ -337,7 +352,101 @@ func (l *Log) fsyncActive() (int64, error) {
 	}
 	l.fsyncs.Add(1)
 	if err := f.Sync(); err != nil {
-		return 0, fmt.Errorf("storage: fsync %s: %w", file.path, err)
+		return 0, fmt.Errorf("storage: %w %s: %w", errFsync, file.path, err)
 	}
+	l.mu.Lock()
+	if size > seg.syncedSize && seg.end >= covered { // not cut back meanwhile
+		seg.syncedSize, seg.syncedEnd = size, covered
+	}
+	l.mu.Unlock()
 	return covered, nil
+}
+
+// Cuts counts the unsynced tails cut off after failed fsyncs. A caller that
+// appends and then syncs reads it before the append and again after Sync:
+// a change means what it appended may be gone (ErrCut), whatever Sync says.
+func (l *Log) Cuts() uint64 { return l.cuts.Load() }
+
+// retryCut runs a pending cut (see dropUnsyncedLocked) and reports it if it
+// is still pending: no fsync covers the log until it is done.
+func (l *Log) retryCut() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cutPending != nil {
+		l.dropUnsyncedLocked(l.cutPending)
+	}
+	return l.cutPending
+}
+
+// errFsync marks a failed fsync of the active segment.
+var errFsync = errors.New("fsync")
+
+// dropUnsynced is dropUnsyncedLocked for a caller that does not hold mu.
+func (l *Log) dropUnsynced(cause error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.dropUnsyncedLocked(cause)
+}
+
+// dropUnsyncedLocked cuts the log back to where the last successful fsync
+// left it, after a failed one. On Linux a failed fsync may already have
+// dropped the dirty pages it could not write (they are marked clean) while
+// they stay readable in the page cache, so a later fsync "succeeds" over
+// bytes that are not on disk. Everything appended since the last successful
+// fsync was answered with an error, never acknowledged (acks=1 aside); it is
+// truncated away, the truncation fsynced, and the producers' state rebuilt
+// from what is left, so a producer's retry is written again rather than
+// taken for a duplicate of bytes that are gone. When the cut itself fails
+// (the disk is still failing) it stays pending: appends and syncs try it
+// again first and fail until it succeeds. Runs under mu.
+func (l *Log) dropUnsyncedLocked(cause error) {
+	l.cutPending = nil
+	seg := l.active()
+	// Earlier segments were fsynced when rolled; in the active one, what
+	// the last successful fsync covered (known without reading the pages
+	// the failure may have lost).
+	durable, pos := seg.syncedEnd, seg.syncedSize
+	leo := l.leo.Load()
+	if durable >= leo || l.closed {
+		return
+	}
+	pending := func(what string, err error) {
+		l.cutPending = fmt.Errorf("storage: %s: cutting the unsynced tail after a failed fsync (%s: %v): %w", l.dir, what, err, cause)
+	}
+	f := seg.log.w()
+	if err := f.Truncate(pos); err != nil {
+		pending("truncate", err)
+		return
+	}
+	if err := f.Sync(); err != nil {
+		pending("fsync of the truncation", err)
+		return
+	}
+	seg.size, seg.end = pos, durable
+	for len(seg.mem) > 0 && seg.mem[len(seg.mem)-1].pos >= pos {
+		seg.mem = seg.mem[:len(seg.mem)-1]
+	}
+	if len(seg.mem) > 0 {
+		seg.maxTs = seg.mem[len(seg.mem)-1].maxTsBefore
+	} else {
+		seg.maxTs = math.MinInt64
+	}
+	l.leo.Store(durable)
+	l.producers, l.aborted = map[int64]*producerState{}, nil
+	if err := l.loadProducers(); err != nil {
+		pending("producer state", err)
+		return
+	}
+	if err := l.eachHeader(seg.base, func(s *segment, _ int64, h *batchHeader) error {
+		if s == seg {
+			seg.maxTs = max(seg.maxTs, h.MaxTimestamp)
+		}
+		return nil
+	}); err != nil {
+		pending("rescan", err)
+		return
+	}
+	l.cuts.Add(1)
+	l.logger.Warn("storage: fsync failed; the unsynced tail was cut off and not acknowledged",
+		"from_offset", durable, "to_offset", leo, "err", cause)
 }

@@ -59,6 +59,10 @@
 //     still in the log. Open trusts it only if that last batch is still in
 //     the log; batches after coverEnd are replayed from their headers
 //     (control batches by reading their one record's key).
+//   - owner: the incarnation the directory belongs to (Options.Owner, the
+//     topic id) and a newline, plain text, written durably at the first Open.
+//     A directory owned by another incarnation (a deleted topic's log that a
+//     crash left behind) is refused with ErrOtherOwner.
 //   - Transaction markers are control batches (attributes transactional |
 //     control) with one record: key = version int16 (0) + type int16 (0
 //     abort, 1 commit), value = version int16 (0) + coordinator epoch int32,

@@ -29,4 +29,10 @@ var (
 	ErrUnsupportedMagic = errors.New("storage: unsupported message format")
 	// ErrClosed: the Log was closed.
 	ErrClosed = errors.New("storage: log closed")
+	// ErrOtherOwner: the directory holds the log of another incarnation
+	// (Options.Owner): the caller moves it aside and opens afresh.
+	ErrOtherOwner = errors.New("storage: directory belongs to another incarnation")
+	// ErrCut: records appended were cut off after a failed fsync (Cuts
+	// changed): they are not durable and must not be acknowledged.
+	ErrCut = errors.New("storage: records cut off after a failed fsync")
 )

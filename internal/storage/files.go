@@ -63,6 +63,30 @@ func writeFileAtomic(dir, name string, data []byte) error {
 	return nil
 }
 
+// ownerFileName holds the incarnation a partition directory belongs to
+// (Options.Owner): the owner string and a newline.
+const ownerFileName = "owner"
+
+// claimOwner checks dir's owner file against owner, writing it (durably)
+// when the directory has none. A different owner is ErrOtherOwner.
+func claimOwner(dir, owner string) error {
+	if owner == "" {
+		return nil
+	}
+	data, err := os.ReadFile(filepath.Join(dir, ownerFileName))
+	switch {
+	case err == nil:
+		if got := strings.TrimSpace(string(data)); got != owner {
+			return fmt.Errorf("storage: %s: %w: %s, not %s", dir, ErrOtherOwner, got, owner)
+		}
+		return nil
+	case errors.Is(err, fs.ErrNotExist):
+		return writeFileAtomic(dir, ownerFileName, []byte(owner+"\n"))
+	default:
+		return fmt.Errorf("storage: read owner of %s: %w", dir, err)
+	}
+}
+
 // removeStaleTemps deletes temp files left by a crash. Young ones may belong
 // to a live writer (another broker) and are left alone.
 func removeStaleTemps(dir string, now time.Time) {

@@ -31,6 +31,11 @@ type Options struct {
 	// Files holds the descriptors of closed segments; nil = the process-wide
 	// pool of DefaultMaxOpenFiles shared by every Log (see FilePool).
 	Files *FilePool
+	// Owner names the incarnation the log belongs to (the broker passes the
+	// topic id). A directory owned by another one (a deleted topic's log
+	// that a crash left behind) is refused with ErrOtherOwner; a directory
+	// without an owner file is taken and stamped. "" = no check.
+	Owner string
 
 	indexInterval int64 // bytes between index entries; 0 = 4 KiB (tests shrink it)
 }
@@ -89,9 +94,14 @@ type Log struct {
 	segs      []*segment // ascending base; the last one is active
 	producers map[int64]*producerState
 	aborted   []AbortedTxn // ascending LastOffset
-	history   []epochEntry
-	closed    bool
-	broken    error // a write failed and could not be undone; the log refuses appends
+	// cutPending: a failed fsync left an unsynced tail that could not yet be
+	// cut off (dropUnsyncedLocked); guarded by mu.
+	cutPending error
+	// cuts counts the unsynced tails cut off (Cuts).
+	cuts    atomic.Uint64
+	history []epochEntry
+	closed  bool
+	broken  error // a write failed and could not be undone; the log refuses appends
 
 	leo    atomic.Int64 // next offset; written under mu
 	lso    atomic.Int64 // log start offset; written under mu
@@ -129,6 +139,9 @@ func Open(dir string, opts Options) (*Log, error) {
 	opts = opts.withDefaults()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("storage: create %s: %w", dir, err)
+	}
+	if err := claimOwner(dir, opts.Owner); err != nil {
+		return nil, err
 	}
 	l := &Log{
 		dir:       dir,

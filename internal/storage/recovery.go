@@ -53,6 +53,7 @@ func (l *Log) open() error {
 	if err := active.log.w().Sync(); err != nil {
 		return fmt.Errorf("storage: fsync %s: %w", active.log.path, err)
 	}
+	active.syncedSize, active.syncedEnd = active.size, active.end
 	l.hw.Store(active.end)
 
 	if takeover {

@@ -25,7 +25,11 @@ type segment struct {
 	size   int64 // bytes of whole batches: the limit every reader respects
 	maxTs  int64 // largest batch maxTimestamp, math.MinInt64 when empty
 	sealed bool  // a .seal file bounds it: never written again
-	log    *poolFile
+	// syncedSize and syncedEnd: the bytes and the end offset the last
+	// successful fsync of the active segment covered (what a failed fsync
+	// cuts back to, without reading pages the failure may have lost).
+	syncedSize, syncedEnd int64
+	log                   *poolFile
 	// The active segment keeps its index in mem (idx == nil), and so does a
 	// closed segment whose index was read at Open; a segment closed by a
 	// roll reads nIdx entries from idx on demand.
