@@ -121,14 +121,15 @@ func (c *commonFlags) config(id int32, dataDir, listen, advertise string, log *s
 func runBroker(args []string) error {
 	fs := cliflag.New("broker")
 	var (
-		id                         int
-		dataDir, listen, advertise string
-		common                     commonFlags
+		id                                        int
+		dataDir, listen, advertise, clusterListen string
+		common                                    commonFlags
 	)
 	fs.IntVar(&id, "id", -1, "broker node id (required, >= 0); the broker is kaas-<id> in assignment.json")
 	fs.StringVar(&dataDir, "data-dir", "", "the shared volume (required)")
 	fs.StringVar(&listen, "listen", "127.0.0.1:9092", "address to listen on")
 	fs.StringVar(&advertise, "advertise", "", "address clients are told (default: the listen address)")
+	fs.StringVar(&clusterListen, "cluster-listen", "", "address of the cluster listener, where the other brokers send liveness reports (default: the listen host, any port)")
 	common.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -143,7 +144,9 @@ func runBroker(args []string) error {
 	if err != nil {
 		return err
 	}
-	n, err := node.Start(common.nodeConfig(common.config(int32(id), dataDir, listen, advertise, log)))
+	nc := common.nodeConfig(common.config(int32(id), dataDir, listen, advertise, log))
+	nc.ClusterListen = clusterListen
+	n, err := node.Start(nc)
 	if err != nil {
 		return err
 	}

@@ -63,6 +63,11 @@ type FileElector struct {
 	log     *slog.Logger
 	// stopped reports whether a broker's own report says it has stopped.
 	stopped func(id string) bool
+	// alive reports whether a broker showed a sign of life (a report over
+	// the network or on the volume) within the lease; the holder's record
+	// not changing is then no reason to take over (a caching volume shows
+	// renewals late). nil: the record alone is the judge.
+	alive func(id string, now time.Time) bool
 
 	// Owned by the runtime loop (Tick is never called concurrently).
 	seen      electionRecord
@@ -182,7 +187,7 @@ func (e *FileElector) Tick(ctx context.Context, now time.Time) (Election, error)
 		reason = "record held by this broker's earlier incarnation"
 	case e.stopped(top.Holder):
 		reason = "controller reported stopped"
-	case now.Sub(e.seenAt) >= e.ttl:
+	case now.Sub(e.seenAt) >= e.ttl && (e.alive == nil || !e.alive(top.Holder, now)):
 		reason = "controller lease expired"
 	}
 	if reason == "" {

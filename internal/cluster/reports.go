@@ -45,6 +45,12 @@ type Report struct {
 	// has applied the move (see docs/cluster.md, "Hand-off").
 	AppliedEpoch   int64 `json:"appliedEpoch,omitempty"`
 	AppliedVersion int64 `json:"appliedVersion,omitempty"`
+	// KnownEpoch is the highest controller epoch this broker knows: a
+	// controller that hears of a higher one stops controlling at once.
+	KnownEpoch int64 `json:"knownEpoch,omitempty"`
+	// ClusterAddr is this broker's cluster listener (host:port), where
+	// the other brokers send their reports.
+	ClusterAddr string `json:"clusterAddr,omitempty"`
 }
 
 func reportsDir(dataDir string) string { return volume.ReportsDir(dataDir) }

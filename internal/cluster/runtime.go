@@ -27,6 +27,11 @@ type Config struct {
 	Port    int32
 	Rack    string
 
+	// ClusterListen is the address of the cluster listener, where the other
+	// brokers send their liveness reports (docs/cluster.md, "Liveness");
+	// "" keeps liveness on the volume alone (unit tests).
+	ClusterListen string
+
 	ReportInterval time.Duration // default 1s
 	DeadAfter      time.Duration // default 3s: kill -9 is detected within this
 	PollInterval   time.Duration // assignment poll and controller tick; default 200ms
@@ -87,6 +92,9 @@ type Runtime struct {
 	// read by request goroutines (Fresh, Settled).
 	fresh   atomic.Pointer[time.Time]
 	applied atomic.Pointer[map[string]appliedStamp]
+	paused  atomic.Bool // Pause in progress: the cluster listener answers nothing
+
+	peers *peers // nil without ClusterListen
 
 	// Owned by the loop goroutine.
 	watch       *watcher
@@ -136,7 +144,17 @@ func New(cfg Config) (*Runtime, error) {
 		if err != nil {
 			return nil, err
 		}
+		e.alive = r.heardFrom
 		r.cfg.Elector = e
+	}
+	if cfg.ClusterListen != "" {
+		p, err := listenPeers(cfg.ID, cfg.ClusterListen, cfg.Host, max(cfg.ReportInterval, 500*time.Millisecond), r.log)
+		if err != nil {
+			return nil, err
+		}
+		p.status = r.status
+		p.assignment = r.current.Load
+		r.peers = p
 	}
 	return r, nil
 }
@@ -159,11 +177,41 @@ func (r *Runtime) KnownEpoch() int64 { return r.known.Load() }
 // Ready is closed once an applied assignment lists this broker alive.
 func (r *Runtime) Ready() <-chan struct{} { return r.ready }
 
-// Start runs the runtime loop until Stop.
+// Start runs the runtime loop (and the cluster listener) until Stop.
 func (r *Runtime) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
+	if r.peers != nil {
+		r.peers.serve()
+	}
 	go r.loop(ctx)
+}
+
+// ClusterAddr is the bound cluster listener ("" without one).
+func (r *Runtime) ClusterAddr() string {
+	if r.peers == nil {
+		return ""
+	}
+	return r.peers.Addr()
+}
+
+// status is this broker's answer to a peer's report.
+func (r *Runtime) status() peerAck {
+	ack := peerAck{ID: r.cfg.ID, Leader: r.leader.Load(), KnownEpoch: r.known.Load()}
+	if a := r.current.Load(); a != nil {
+		ack.AppliedEpoch, ack.AppliedVersion = a.ControllerEpoch, a.AssignmentVersion
+	}
+	if r.paused.Load() { // a stalled broker answers nothing (tests' Pause)
+		ack.ID = ""
+	}
+	return ack
+}
+
+// heardFrom reports whether broker id showed a sign of life (a new report,
+// over the network or on the volume) within DeadAfter. Runs on the loop.
+func (r *Runtime) heardFrom(id string, now time.Time) bool {
+	t, ok := r.watch.changed[id]
+	return ok && now.Sub(t) < r.cfg.DeadAfter
 }
 
 // Poke makes the loop run now (e.g. a topic was created).
@@ -236,6 +284,9 @@ func (r *Runtime) Stop(ctx context.Context) error {
 		err = rerr
 	}
 	r.leader.Store(false)
+	if r.peers != nil {
+		r.peers.close() // after the stopped report reached the peers it could
+	}
 	return err
 }
 
@@ -257,11 +308,14 @@ func (r *Runtime) loop(ctx context.Context) {
 		case <-t.C:
 		case <-r.wakeup:
 		case d := <-r.pause:
+			r.paused.Store(true)
 			select {
 			case <-ctx.Done():
+				r.paused.Store(false)
 				return
 			case <-time.After(d):
 			}
+			r.paused.Store(false)
 		}
 	}
 }
@@ -275,9 +329,14 @@ func (r *Runtime) step(ctx context.Context, now time.Time) {
 	if reports, err := readReports(r.cfg.DataDir); err != nil {
 		r.log.Warn("reading liveness reports failed", "err", err)
 	} else {
+		if r.peers != nil {
+			r.peers.learn(reports)
+			reports = r.merge(reports)
+		}
 		r.watch.observe(now, reports)
 		r.publishApplied()
 	}
+	r.learnEpochs()
 	if now.Sub(r.lastElect) >= r.cfg.PollInterval*2 || r.leader.Load() {
 		el, err := r.cfg.Elector.Tick(ctx, now)
 		if err != nil {
@@ -285,23 +344,142 @@ func (r *Runtime) step(ctx context.Context, now time.Time) {
 		}
 		r.lastElect = now
 		r.election = el
-		r.known.Store(el.Epoch)
-		r.leader.Store(el.Leader)
+		if el.Epoch > r.known.Load() {
+			r.known.Store(el.Epoch)
+		}
+		r.leader.Store(el.Leader && el.Epoch >= r.known.Load())
 	}
-	if r.poll() {
+	applied := r.poll()
+	if r.peers != nil && r.fetchNewer(ctx) {
+		applied = true
+	}
+	if applied {
 		// Say at once that this broker acts on the new assignment: the
 		// brokers gaining groups wait for it (Settled).
 		if err := r.report(now); err != nil {
 			r.log.Warn("liveness report failed", "err", err)
 		}
 	}
-	if !r.reportedAt.IsZero() {
-		at := r.reportedAt
-		r.fresh.Store(&at)
-	}
+	r.updateFresh(now)
 	if r.leader.Load() {
 		r.control(ctx, now)
 	}
+}
+
+// merge overlays the reports received over the network on those read from
+// the volume: for each other broker, the newer of the two (the network's
+// when they come from different incarnations: it is the live one).
+func (r *Runtime) merge(files map[string]Report) map[string]Report {
+	for id, net := range r.peers.received() {
+		if id == r.cfg.ID {
+			continue
+		}
+		f, ok := files[id]
+		if !ok || f.Incarnation != net.Incarnation || net.Seq >= f.Seq {
+			files[id] = net
+		}
+	}
+	return files
+}
+
+// learnEpochs raises the known controller epoch to the highest any peer
+// reports knowing: a controller that was replaced while it could not see
+// the new epoch's record (a stalled or caching volume) stops controlling at
+// once. Runs on the loop.
+func (r *Runtime) learnEpochs() {
+	if r.peers == nil {
+		return
+	}
+	top := r.known.Load()
+	for _, rep := range r.watch.last {
+		top = max(top, rep.KnownEpoch)
+	}
+	for _, a := range r.peers.lastAcks() {
+		top = max(top, a.ack.KnownEpoch)
+	}
+	if top > r.known.Load() {
+		r.known.Store(top)
+		if r.leader.Load() && r.election.Epoch < top {
+			r.log.Warn("a higher controller epoch is known to peers; no longer controlling",
+				"epoch", r.election.Epoch, "known_epoch", top)
+			r.leader.Store(false)
+		}
+	}
+}
+
+// fetchNewer applies, over the network, a newer assignment than this
+// broker's that a peer (normally the controller) reports acting on: the
+// volume may show assignment.json late. It reports whether one was applied.
+func (r *Runtime) fetchNewer(ctx context.Context) bool {
+	cur := r.current.Load()
+	best, from := cur, ""
+	for id, a := range r.peers.lastAcks() {
+		cand := &Assignment{ControllerEpoch: a.ack.AppliedEpoch, AssignmentVersion: a.ack.AppliedVersion}
+		if a.ack.AppliedVersion > 0 && cand.Newer(best) {
+			best, from = cand, id
+		}
+	}
+	if from == "" {
+		return false
+	}
+	fctx, cancel := context.WithTimeout(ctx, 2*r.cfg.PollInterval)
+	defer cancel()
+	a, err := r.peers.fetchAssignment(fctx, from)
+	if err != nil {
+		r.log.Debug("fetching a newer assignment from a peer failed", "peer", from, "err", err)
+		return false
+	}
+	return r.apply(a)
+}
+
+// updateFresh records, for Fresh, when this broker's view was last
+// confirmed. With peers: a follower's view is confirmed by the controller's
+// answer to one of its reports (sent at that time, and this broker already
+// applies the assignment the controller applies); the controller's by its
+// own lease, and, when it has peers, by a peer's answer showing no higher
+// epoch. Without peers: a report on the volume and a poll after it. Runs on
+// the loop.
+func (r *Runtime) updateFresh(now time.Time) {
+	var at time.Time
+	switch {
+	case r.peers == nil:
+		at = r.reportedAt
+	case r.leader.Load():
+		if r.othersAlive() == 0 {
+			at = now // alone: the lease is the only judge
+			break
+		}
+		for _, a := range r.peers.lastAcks() {
+			if a.ack.KnownEpoch <= r.election.Epoch && a.sentAt.After(at) {
+				at = a.sentAt
+			}
+		}
+	default:
+		a, ok := r.peers.lastAcks()[r.election.Holder]
+		cur := r.current.Load()
+		if ok && a.ack.Leader && cur != nil && a.ack.AppliedVersion > 0 &&
+			!(&Assignment{ControllerEpoch: a.ack.AppliedEpoch, AssignmentVersion: a.ack.AppliedVersion}).Newer(cur) {
+			at = a.sentAt
+		}
+	}
+	if !at.IsZero() {
+		r.fresh.Store(&at)
+	}
+}
+
+// othersAlive counts the other brokers alive in the applied assignment.
+func (r *Runtime) othersAlive() int {
+	a := r.current.Load()
+	if a == nil {
+		return 0
+	}
+	n := 0
+	for _, b := range a.Brokers {
+		if b.ID != r.cfg.ID && b.Health == Alive {
+			n++
+		}
+	}
+	return n
 }
 
 // appliedStamp is the assignment a broker reports acting on.
@@ -375,6 +553,11 @@ func (r *Runtime) report(now time.Time) error {
 	}
 	if a := r.current.Load(); a != nil {
 		rep.AppliedEpoch, rep.AppliedVersion = a.ControllerEpoch, a.AssignmentVersion
+	}
+	rep.KnownEpoch = r.known.Load()
+	if r.peers != nil {
+		rep.ClusterAddr = r.peers.Addr()
+		r.peers.broadcast(rep, now)
 	}
 	if err := writeReport(r.cfg.DataDir, rep); err != nil {
 		return err
@@ -508,6 +691,9 @@ func (r *Runtime) control(ctx context.Context, now time.Time) {
 			_ = os.Remove(filepath.Join(removalsDir(r.cfg.DataDir), id))
 			_ = os.Remove(filepath.Join(reportsDir(r.cfg.DataDir), id+".json"))
 			delete(r.removed, id)
+			if r.peers != nil {
+				r.peers.forget(id)
+			}
 			r.log.Info("broker removed from the cluster", "broker", id)
 		}
 	}
@@ -545,6 +731,9 @@ func (r *Runtime) Abort() {
 	r.cancel()
 	<-r.done
 	r.leader.Store(false)
+	if r.peers != nil {
+		r.peers.close()
+	}
 }
 
 // Pause stops the loop's work for d (reports, polls, control), as a brief

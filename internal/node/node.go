@@ -34,6 +34,10 @@ type Config struct {
 	Group          *group.Config // nil: Kafka's defaults
 	// OffsetsRetention is KIP-211's offsets.retention.minutes; 0: 7 days.
 	OffsetsRetention time.Duration
+	// ClusterListen is the cluster listener, where the other brokers send
+	// their liveness reports; "": the Kafka listener's host, any port (the
+	// address is advertised in the reports).
+	ClusterListen string
 }
 
 // Name is the broker id used in assignment.json for a node id.
@@ -121,7 +125,15 @@ func Start(cfg Config) (*Node, error) {
 		return fail(fmt.Errorf("node: advertise %q: %w", adv, err))
 	}
 	port, _ := strconv.Atoi(portS)
-	rt, err = cluster.New(cluster.Config{
+	clusterListen := cfg.ClusterListen
+	if clusterListen == "" {
+		lh, _, err := net.SplitHostPort(b.Addr())
+		if err != nil {
+			return fail(fmt.Errorf("node: listener %q: %w", b.Addr(), err))
+		}
+		clusterListen = net.JoinHostPort(lh, "0")
+	}
+	rt, err = cluster.New(cluster.Config{ClusterListen: clusterListen,
 		DataDir: bc.DataDir, ID: Name(bc.ID), NodeID: bc.ID, Host: host, Port: int32(port), Rack: bc.Rack,
 		ReportInterval: cfg.ReportInterval, DeadAfter: cfg.DeadAfter, PollInterval: cfg.PollInterval,
 		Elector: cfg.Elector, Logger: log, ActiveGroups: co.ActiveGroups,
