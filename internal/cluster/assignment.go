@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"sort"
 	"time"
 )
@@ -156,8 +155,11 @@ func DecodeAssignment(data []byte) (*Assignment, error) {
 }
 
 // ReadAssignment reads and decodes the file at path.
-func ReadAssignment(path string) (*Assignment, error) {
-	data, err := os.ReadFile(path)
+func ReadAssignment(path string) (*Assignment, error) { return readAssignment(OS{}, path) }
+
+// readAssignment reads and decodes the file at path through v.
+func readAssignment(v Volume, path string) (*Assignment, error) {
+	data, err := v.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, ErrNoAssignment
 	}

@@ -7,13 +7,11 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/kaas-dev/kaas/internal/fsutil"
 	"github.com/kaas-dev/kaas/internal/volume"
 )
 
@@ -58,16 +56,18 @@ type Elector interface {
 // served from an attribute cache; kaas reads the record files themselves,
 // which close-to-open consistency revalidates.
 type FileElector struct {
+	v       Volume
 	dir, me string
 	ttl     time.Duration
 	log     *slog.Logger
 	// stopped reports whether a broker's own report says it has stopped.
 	stopped func(id string) bool
-	// alive reports whether a broker showed a sign of life (a report over
-	// the network or on the volume) within the lease; the holder's record
-	// not changing is then no reason to take over (a caching volume shows
-	// renewals late). nil: the record alone is the judge.
-	alive func(id string, now time.Time) bool
+	// holding judges the holder of epoch from the network when it can (ok):
+	// it holds the role while reports of it arrive within the lease and do
+	// not say it stopped leading at that epoch. Its record not changing is
+	// then no reason to take over (a caching volume shows renewals late).
+	// nil, or !ok: the record alone is the judge.
+	holding func(id string, epoch int64, now time.Time) (holds, ok bool)
 
 	// Owned by the runtime loop (Tick is never called concurrently).
 	seen      electionRecord
@@ -88,14 +88,18 @@ type electionRecord struct {
 
 // NewFileElector returns the default elector over <dataDir>/__cluster/controller.
 func NewFileElector(dataDir, me string, ttl time.Duration, stopped func(string) bool, log *slog.Logger) (*FileElector, error) {
+	return newFileElector(OS{}, dataDir, me, ttl, stopped, log)
+}
+
+func newFileElector(v Volume, dataDir, me string, ttl time.Duration, stopped func(string) bool, log *slog.Logger) (*FileElector, error) {
 	dir := volume.ControllerDir(dataDir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := v.MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("election: %w", err)
 	}
 	if stopped == nil {
 		stopped = func(string) bool { return false }
 	}
-	return &FileElector{dir: dir, me: me, ttl: ttl, log: log, stopped: stopped}, nil
+	return &FileElector{v: v, dir: dir, me: me, ttl: ttl, log: log, stopped: stopped}, nil
 }
 
 func (e *FileElector) path(epoch int64) string {
@@ -104,13 +108,13 @@ func (e *FileElector) path(epoch int64) string {
 
 // highest returns the highest epoch record on disk (epoch 0 when none).
 func (e *FileElector) highest() (electionRecord, error) {
-	ents, err := os.ReadDir(e.dir)
+	names, err := e.v.ReadDir(e.dir)
 	if err != nil {
 		return electionRecord{}, fmt.Errorf("election: list: %w", err)
 	}
 	var top int64
-	for _, ent := range ents {
-		n, ok := strings.CutPrefix(ent.Name(), "epoch-")
+	for _, name := range names {
+		n, ok := strings.CutPrefix(name, "epoch-")
 		if !ok {
 			continue
 		}
@@ -125,7 +129,7 @@ func (e *FileElector) highest() (electionRecord, error) {
 	if top == 0 {
 		return electionRecord{}, nil
 	}
-	data, err := os.ReadFile(e.path(top))
+	data, err := e.v.ReadFile(e.path(top))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) { // pruned or replaced under us; next tick
 			return electionRecord{Epoch: top}, nil
@@ -160,7 +164,7 @@ func (e *FileElector) Tick(ctx context.Context, now time.Time) (Election, error)
 		e.seq++
 		rec := electionRecord{Holder: e.me, Epoch: e.epoch, Seq: e.seq}
 		data, _ := json.Marshal(rec)
-		if err := fsutil.WriteFile(e.path(e.epoch), data); err != nil {
+		if err := e.v.WriteFile(e.path(e.epoch), data); err != nil {
 			if now.Sub(e.lastRenew) > e.ttl {
 				e.stepDown("lease renewal failing for longer than the lease", e.epoch)
 			}
@@ -187,7 +191,15 @@ func (e *FileElector) Tick(ctx context.Context, now time.Time) (Election, error)
 		reason = "record held by this broker's earlier incarnation"
 	case e.stopped(top.Holder):
 		reason = "controller reported stopped"
-	case now.Sub(e.seenAt) >= e.ttl && (e.alive == nil || !e.alive(top.Holder, now)):
+	case e.holding != nil:
+		if holds, ok := e.holding(top.Holder, top.Epoch, now); ok {
+			if !holds {
+				reason = "controller silent on the network for the lease, or no longer leading"
+			}
+		} else if now.Sub(e.seenAt) >= e.ttl {
+			reason = "controller lease expired"
+		}
+	case now.Sub(e.seenAt) >= e.ttl:
 		reason = "controller lease expired"
 	}
 	if reason == "" {
@@ -196,7 +208,7 @@ func (e *FileElector) Tick(ctx context.Context, now time.Time) (Election, error)
 	next := top.Epoch + 1
 	rec := electionRecord{Holder: e.me, Epoch: next}
 	data, _ := json.Marshal(rec)
-	if err := fsutil.CreateExclusive(e.path(next), data); err != nil {
+	if err := e.v.CreateExclusive(e.path(next), data); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return e.status(top), nil // another broker won this epoch
 		}
@@ -227,7 +239,7 @@ func (e *FileElector) stepDown(why string, epoch int64) {
 // prune removes records more than a few epochs old (best effort).
 func (e *FileElector) prune() {
 	for ep := e.epoch - 4; ep > 0 && ep >= e.epoch-8; ep-- {
-		_ = os.Remove(e.path(ep))
+		_ = e.v.Remove(e.path(ep))
 	}
 }
 
@@ -239,7 +251,7 @@ func (e *FileElector) Resign(context.Context) error {
 	e.leading = false
 	rec := electionRecord{Holder: e.me, Epoch: e.epoch, Seq: e.seq + 1, Resigned: true}
 	data, _ := json.Marshal(rec)
-	if err := fsutil.WriteFile(e.path(e.epoch), data); err != nil {
+	if err := e.v.WriteFile(e.path(e.epoch), data); err != nil {
 		return fmt.Errorf("election: resign: %w", err)
 	}
 	e.log.Info("resigned as controller", "epoch", e.epoch)

@@ -3,12 +3,10 @@ package cluster
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/kaas-dev/kaas/internal/fsutil"
 	"github.com/kaas-dev/kaas/internal/volume"
 )
 
@@ -48,6 +46,8 @@ type Report struct {
 	// KnownEpoch is the highest controller epoch this broker knows: a
 	// controller that hears of a higher one stops controlling at once.
 	KnownEpoch int64 `json:"knownEpoch,omitempty"`
+	// Leader: this broker holds the controller role at KnownEpoch.
+	Leader bool `json:"leader,omitempty"`
 	// ClusterAddr is this broker's cluster listener (host:port), where
 	// the other brokers send their reports.
 	ClusterAddr string `json:"clusterAddr,omitempty"`
@@ -55,29 +55,29 @@ type Report struct {
 
 func reportsDir(dataDir string) string { return volume.ReportsDir(dataDir) }
 
-func writeReport(dataDir string, r Report) error {
+func writeReport(v Volume, dataDir string, r Report) error {
 	data, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	return fsutil.WriteFile(filepath.Join(reportsDir(dataDir), r.ID+".json"), data)
+	return v.WriteFile(filepath.Join(reportsDir(dataDir), r.ID+".json"), data)
 }
 
 // readReports reads every report file; unreadable ones are skipped (a torn
 // read is impossible with rename, but a foreign file may be there).
-func readReports(dataDir string) (map[string]Report, error) {
+func readReports(v Volume, dataDir string) (map[string]Report, error) {
 	dir := reportsDir(dataDir)
-	ents, err := os.ReadDir(dir)
+	names, err := v.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: list reports: %w", err)
 	}
-	out := make(map[string]Report, len(ents))
-	for _, e := range ents {
-		name, ok := strings.CutSuffix(e.Name(), ".json")
+	out := make(map[string]Report, len(names))
+	for _, file := range names {
+		name, ok := strings.CutSuffix(file, ".json")
 		if !ok || strings.HasPrefix(name, ".") {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		data, err := v.ReadFile(filepath.Join(dir, file))
 		if err != nil {
 			continue
 		}

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -37,7 +36,10 @@ type Config struct {
 	PollInterval   time.Duration // assignment poll and controller tick; default 200ms
 
 	Elector Elector // nil: the FileElector with TTL = DeadAfter
-	Logger  *slog.Logger
+	// Volume reaches the runtime's files; nil: OS (tests model a network
+	// file system with a view that shows other brokers' writes late).
+	Volume Volume
+	Logger *slog.Logger
 
 	// Topics lists the topics (the controller assigns their partitions).
 	Topics func() []TopicInfo
@@ -58,6 +60,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Volume == nil {
+		c.Volume = OS{}
 	}
 	if c.Topics == nil {
 		c.Topics = func() []TopicInfo { return nil }
@@ -103,7 +108,7 @@ type Runtime struct {
 	state       atomic.Value // string: running, draining, stopped
 	lastReport  time.Time
 	reportedAt  time.Time // the step start of the last successful report
-	lastStat    fsutil.Version
+	lastStat    string    // Volume.Stamp of assignment.json as last read or written
 	lastElect   time.Time
 	election    Election
 	removed     map[string]bool
@@ -121,8 +126,8 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, errors.New("cluster: ID and DataDir are required")
 	}
 	for _, d := range []string{reportsDir(cfg.DataDir), removalsDir(cfg.DataDir)} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("cluster: %w", err)
+		if err := cfg.Volume.MkdirAll(d); err != nil {
+			return nil, err
 		}
 	}
 	var inc [8]byte
@@ -140,11 +145,13 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	r.state.Store(StateRunning)
 	if r.cfg.Elector == nil {
-		e, err := NewFileElector(cfg.DataDir, cfg.ID, cfg.DeadAfter, r.reportedStopped, r.log)
+		e, err := newFileElector(cfg.Volume, cfg.DataDir, cfg.ID, cfg.DeadAfter, r.reportedStopped, r.log)
 		if err != nil {
 			return nil, err
 		}
-		e.alive = r.heardFrom
+		if cfg.ClusterListen != "" {
+			e.holding = r.holding
+		}
 		r.cfg.Elector = e
 	}
 	if cfg.ClusterListen != "" {
@@ -207,11 +214,24 @@ func (r *Runtime) status() peerAck {
 	return ack
 }
 
-// heardFrom reports whether broker id showed a sign of life (a new report,
-// over the network or on the volume) within DeadAfter. Runs on the loop.
-func (r *Runtime) heardFrom(id string, now time.Time) bool {
-	t, ok := r.watch.changed[id]
-	return ok && now.Sub(t) < r.cfg.DeadAfter
+// holding judges the controller of epoch from its reports (FileElector):
+// it holds the role while a report of it arrived within DeadAfter and its
+// latest report does not say it stopped leading at that epoch (a report
+// made before it knew the epoch says nothing). Without any report of it
+// yet, the record decides (ok false). Runs on the loop.
+func (r *Runtime) holding(id string, epoch int64, now time.Time) (holds, ok bool) {
+	t, seen := r.watch.changed[id]
+	if !seen {
+		return false, false
+	}
+	if now.Sub(t) >= r.cfg.DeadAfter {
+		return false, true
+	}
+	rep := r.watch.last[id]
+	if rep.KnownEpoch >= epoch && !rep.Leader && rep.State != "" {
+		return false, true
+	}
+	return true, true
 }
 
 // Poke makes the loop run now (e.g. a topic was created).
@@ -326,7 +346,7 @@ func (r *Runtime) step(ctx context.Context, now time.Time) {
 			r.log.Warn("liveness report failed", "err", err)
 		}
 	}
-	if reports, err := readReports(r.cfg.DataDir); err != nil {
+	if reports, err := readReports(r.cfg.Volume, r.cfg.DataDir); err != nil {
 		r.log.Warn("reading liveness reports failed", "err", err)
 	} else {
 		if r.peers != nil {
@@ -554,12 +574,12 @@ func (r *Runtime) report(now time.Time) error {
 	if a := r.current.Load(); a != nil {
 		rep.AppliedEpoch, rep.AppliedVersion = a.ControllerEpoch, a.AssignmentVersion
 	}
-	rep.KnownEpoch = r.known.Load()
+	rep.KnownEpoch, rep.Leader = r.known.Load(), r.leader.Load()
 	if r.peers != nil {
 		rep.ClusterAddr = r.peers.Addr()
 		r.peers.broadcast(rep, now)
 	}
-	if err := writeReport(r.cfg.DataDir, rep); err != nil {
+	if err := writeReport(r.cfg.Volume, r.cfg.DataDir, rep); err != nil {
 		return err
 	}
 	r.lastReport, r.reportedAt = now, now
@@ -569,19 +589,19 @@ func (r *Runtime) report(now time.Time) error {
 // poll reads assignment.json when it changed and applies it; it reports
 // whether a new assignment was applied.
 func (r *Runtime) poll() bool {
-	st, err := os.Stat(r.path)
+	st, err := r.cfg.Volume.Stamp(r.path)
 	if err != nil {
 		return false // missing: keep what we have
 	}
-	if r.lastStat.Same(st) {
+	if st != "" && r.lastStat == st {
 		return false
 	}
-	a, err := ReadAssignment(r.path)
+	a, err := readAssignment(r.cfg.Volume, r.path)
 	if err != nil {
 		r.log.Warn("assignment.json unreadable; keeping the current one", "err", err)
 		return false
 	}
-	r.lastStat = fsutil.VersionOf(st)
+	r.lastStat = st
 	return r.apply(a)
 }
 
@@ -641,7 +661,7 @@ func (r *Runtime) control(ctx context.Context, now time.Time) {
 		r.log.Warn("own liveness reports are not landing; declaring no broker dead")
 	}
 	prev := r.current.Load()
-	disk, err := ReadAssignment(r.path)
+	disk, err := readAssignment(r.cfg.Volume, r.path)
 	if err == nil && disk.Newer(prev) {
 		prev = disk
 	}
@@ -673,13 +693,13 @@ func (r *Runtime) control(ctx context.Context, now time.Time) {
 		r.log.Error("encoding assignment failed", "err", err)
 		return
 	}
-	if err := fsutil.WriteFile(r.path, data); err != nil {
+	if err := r.cfg.Volume.WriteFile(r.path, data); err != nil {
 		r.log.Error("writing assignment.json failed", "err", err, "epoch", next.ControllerEpoch, "version", next.AssignmentVersion)
 		return
 	}
-	r.lastStat = fsutil.Version{}
-	if st, err := os.Stat(r.path); err == nil {
-		r.lastStat = fsutil.VersionOf(st)
+	r.lastStat = ""
+	if st, err := r.cfg.Volume.Stamp(r.path); err == nil {
+		r.lastStat = st
 	}
 	if r.apply(next) {
 		if err := r.report(now); err != nil {
@@ -688,8 +708,8 @@ func (r *Runtime) control(ctx context.Context, now time.Time) {
 	}
 	for id := range r.removed {
 		if _, ok := next.Row(id); !ok {
-			_ = os.Remove(filepath.Join(removalsDir(r.cfg.DataDir), id))
-			_ = os.Remove(filepath.Join(reportsDir(r.cfg.DataDir), id+".json"))
+			_ = r.cfg.Volume.Remove(filepath.Join(removalsDir(r.cfg.DataDir), id))
+			_ = r.cfg.Volume.Remove(filepath.Join(reportsDir(r.cfg.DataDir), id+".json"))
 			delete(r.removed, id)
 			if r.peers != nil {
 				r.peers.forget(id)
@@ -711,13 +731,13 @@ func RequestRemoval(dataDir, id string) error {
 }
 
 func (r *Runtime) readRemovals() {
-	ents, err := os.ReadDir(removalsDir(r.cfg.DataDir))
+	names, err := r.cfg.Volume.ReadDir(removalsDir(r.cfg.DataDir))
 	if err != nil {
 		return
 	}
-	for _, e := range ents {
-		if e.Name()[0] != '.' {
-			r.removed[e.Name()] = true
+	for _, n := range names {
+		if n != "" && n[0] != '.' {
+			r.removed[n] = true
 		}
 	}
 }

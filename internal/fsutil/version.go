@@ -1,6 +1,7 @@
 package fsutil
 
 import (
+	"fmt"
 	"io/fs"
 	"syscall"
 )
@@ -23,6 +24,14 @@ func VersionOf(fi fs.FileInfo) Version {
 		v.dev, v.ino = uint64(st.Dev), st.Ino
 	}
 	return v
+}
+
+// String is v as text, equal for equal versions.
+func (v Version) String() string {
+	if !v.set {
+		return ""
+	}
+	return fmt.Sprintf("%d:%d:%d:%d", v.dev, v.ino, v.size, v.mtime)
 }
 
 // IsSet reports whether v describes a file (the zero Version is "no file").

@@ -1,0 +1,309 @@
+package cluster
+
+import (
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kaas-dev/kaas/internal/testutil"
+)
+
+// delayedDisk is an in-memory volume that several brokers share through
+// their own views. A view shows another broker's write only after a delay
+// of up to max, different for each (view, write), and its own writes at
+// once (read-after-write): what a network file system with one client per
+// broker may do. Exclusive create is decided on the true state, as a
+// file server decides it.
+type delayedDisk struct {
+	max time.Duration
+
+	mu    sync.Mutex // guards files, seq
+	files map[string][]version
+	seq   uint64
+}
+
+type version struct {
+	seq     uint64
+	at      time.Time
+	writer  string
+	data    []byte
+	deleted bool
+}
+
+func newDelayedDisk(max time.Duration) *delayedDisk {
+	return &delayedDisk{max: max, files: map[string][]version{}}
+}
+
+// view is one broker's client of the disk.
+func (d *delayedDisk) view(me string) *delayedView { return &delayedView{d: d, me: me} }
+
+type delayedView struct {
+	d  *delayedDisk
+	me string
+}
+
+// delay is the view's delay for one write: a hash of both, in [0, max].
+func (v *delayedView) delay(seq uint64) time.Duration {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s/%d", v.me, seq)
+	return time.Duration(h.Sum64() % uint64(v.d.max+1))
+}
+
+// visible is the newest version of path this view shows now. Called with
+// d.mu held.
+func (v *delayedView) visible(path string, now time.Time) (version, bool) {
+	hist := v.d.files[path]
+	for i := len(hist) - 1; i >= 0; i-- {
+		w := hist[i]
+		if w.writer == v.me || now.Sub(w.at) >= v.delay(w.seq) {
+			return w, true
+		}
+	}
+	return version{}, false
+}
+
+func (v *delayedView) put(path string, data []byte, deleted bool) {
+	v.d.seq++
+	v.d.files[path] = append(v.d.files[path], version{seq: v.d.seq, at: time.Now(), writer: v.me, data: append([]byte(nil), data...), deleted: deleted})
+}
+
+func (v *delayedView) ReadDir(dir string) ([]string, error) {
+	v.d.mu.Lock()
+	defer v.d.mu.Unlock()
+	now := time.Now()
+	var out []string
+	for path := range v.d.files {
+		if filepath.Dir(path) != dir {
+			continue
+		}
+		if w, ok := v.visible(path, now); ok && !w.deleted {
+			out = append(out, filepath.Base(path))
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func (v *delayedView) ReadFile(path string) ([]byte, error) {
+	v.d.mu.Lock()
+	defer v.d.mu.Unlock()
+	w, ok := v.visible(path, time.Now())
+	if !ok || w.deleted {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: fs.ErrNotExist}
+	}
+	return append([]byte(nil), w.data...), nil
+}
+
+func (v *delayedView) Stamp(path string) (string, error) {
+	v.d.mu.Lock()
+	defer v.d.mu.Unlock()
+	w, ok := v.visible(path, time.Now())
+	if !ok || w.deleted {
+		return "", &fs.PathError{Op: "stat", Path: path, Err: fs.ErrNotExist}
+	}
+	return fmt.Sprint(w.seq), nil
+}
+
+func (v *delayedView) WriteFile(path string, data []byte) error {
+	v.d.mu.Lock()
+	defer v.d.mu.Unlock()
+	v.put(path, data, false)
+	return nil
+}
+
+func (v *delayedView) CreateExclusive(path string, data []byte) error {
+	v.d.mu.Lock()
+	defer v.d.mu.Unlock()
+	if hist := v.d.files[path]; len(hist) > 0 && !hist[len(hist)-1].deleted {
+		return &fs.PathError{Op: "create", Path: path, Err: fs.ErrExist}
+	}
+	v.put(path, data, false)
+	return nil
+}
+
+func (v *delayedView) Remove(path string) error {
+	v.d.mu.Lock()
+	defer v.d.mu.Unlock()
+	if hist := v.d.files[path]; len(hist) > 0 && !hist[len(hist)-1].deleted {
+		v.put(path, nil, true)
+	}
+	return nil
+}
+
+func (v *delayedView) MkdirAll(string) error { return nil }
+
+// delayedCluster is n runtimes on one delayed disk, each with a cluster
+// listener on loopback.
+type delayedCluster struct {
+	t    *testing.T
+	rts  []*Runtime
+	mu   sync.Mutex // guards seen
+	seen []string   // every broker health change any runtime applied
+}
+
+func startDelayedCluster(t *testing.T, n int, maxDelay time.Duration) *delayedCluster {
+	disk := newDelayedDisk(maxDelay)
+	c := &delayedCluster{t: t}
+	for i := range n {
+		id := fmt.Sprintf("kaas-%d", i)
+		var log *slog.Logger = slog.New(slog.DiscardHandler)
+		if testing.Verbose() {
+			log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		}
+		r, err := New(Config{DataDir: "/volume", ID: id, NodeID: int32(i), Host: "127.0.0.1", Port: int32(9092 + i),
+			ClusterListen: "127.0.0.1:0", DeadAfter: 3 * time.Second, Volume: disk.view(id), Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.OnApply(func(prev, next *Assignment) {
+			if prev == nil {
+				return
+			}
+			for _, b := range next.Brokers {
+				if p, ok := prev.Row(b.ID); ok && p.Health != b.Health {
+					c.mu.Lock()
+					c.seen = append(c.seen, fmt.Sprintf("%s saw %s %s at epoch %d", id, b.ID, b.Health, next.ControllerEpoch))
+					c.mu.Unlock()
+				}
+			}
+		})
+		c.rts = append(c.rts, r)
+	}
+	for _, r := range c.rts {
+		r.Start()
+	}
+	t.Cleanup(func() {
+		for _, r := range c.rts {
+			r.Abort()
+		}
+	})
+	return c
+}
+
+// allSee waits until every runtime in live applies an assignment where
+// exactly the brokers in alive are alive.
+func (c *delayedCluster) allSee(live []int, alive map[string]bool, within time.Duration) error {
+	return testutil.Poll(within, func() error {
+		for _, i := range live {
+			a := c.rts[i].Current()
+			if a == nil {
+				return fmt.Errorf("kaas-%d has no assignment", i)
+			}
+			for _, b := range a.Brokers {
+				if (b.Health == Alive) != alive[b.ID] {
+					return fmt.Errorf("kaas-%d sees %s %s", i, b.ID, b.Health)
+				}
+			}
+			if len(a.Brokers) != 3 {
+				return fmt.Errorf("kaas-%d sees %d brokers", i, len(a.Brokers))
+			}
+		}
+		return nil
+	})
+}
+
+func (c *delayedCluster) controller(live []int) (int, int64) {
+	for _, i := range live {
+		if c.rts[i].IsController() {
+			return i, c.rts[i].KnownEpoch()
+		}
+	}
+	return -1, 0
+}
+
+// TestLivenessAndElectionOnADelayedVolume runs three brokers on a volume
+// that shows each broker the others' writes up to 5 s late (and its own at
+// once): idle, nobody is declared dead and there is one election; a broker
+// killed is detected, and the controller killed is replaced, within
+// --dead-after + 1 s plus one report interval (its last report may have
+// been sent just before) — asserted with 2 s more for a loaded CI machine,
+// and logged. On the volume alone, a late report or lease renewal would
+// push both past --dead-after + the delay (8 s).
+func TestLivenessAndElectionOnADelayedVolume(t *testing.T) {
+	c := startDelayedCluster(t, 3, 5*time.Second)
+	all := map[string]bool{"kaas-0": true, "kaas-1": true, "kaas-2": true}
+	if err := c.allSee([]int{0, 1, 2}, all, 30*time.Second); err != nil {
+		t.Fatalf("the cluster did not form: %v", err)
+	}
+	ctrl, epoch := c.controller([]int{0, 1, 2})
+	if ctrl < 0 {
+		t.Fatal("no controller")
+	}
+	// Idle: the volume shows reports and lease renewals up to 5 s late,
+	// longer than --dead-after.
+	idleFor := 12 * time.Second
+	deadline := time.Now().Add(idleFor)
+	for time.Now().Before(deadline) {
+		if now, e := c.controller([]int{0, 1, 2}); now != ctrl || e != epoch {
+			t.Fatalf("the controller changed while idle: kaas-%d epoch %d, then kaas-%d epoch %d", ctrl, epoch, now, e)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.mu.Lock()
+	if len(c.seen) > 0 {
+		t.Fatalf("health changes while idle on a delayed volume: %v", c.seen)
+	}
+	c.mu.Unlock()
+
+	// kill -9 of a broker that is not the controller.
+	victim := (ctrl + 1) % 3
+	var live []int
+	for i := range 3 {
+		if i != victim {
+			live = append(live, i)
+		}
+	}
+	killed := time.Now()
+	c.rts[victim].Abort()
+	gone := map[string]bool{}
+	for id := range all {
+		gone[id] = id != fmt.Sprintf("kaas-%d", victim)
+	}
+	bound := 3*time.Second + time.Second + time.Second + 2*time.Second // dead-after + 1 s + one report interval + slack
+	if err := c.allSee(live, gone, bound+5*time.Second); err != nil {
+		t.Fatalf("kill -9 of kaas-%d not detected: %v", victim, err)
+	}
+	took := time.Since(killed)
+	t.Logf("kill -9 of kaas-%d detected by every live broker after %v", victim, took.Round(10*time.Millisecond))
+	if took > bound {
+		t.Errorf("kill -9 detected after %v, above %v", took, bound)
+	}
+
+	// kill -9 of the controller.
+	killed = time.Now()
+	c.rts[ctrl].Abort()
+	var other int
+	for _, i := range live {
+		if i != ctrl {
+			other = i
+		}
+	}
+	if err := testutil.Poll(bound+5*time.Second, func() error {
+		if !c.rts[other].IsController() || c.rts[other].KnownEpoch() <= epoch {
+			return fmt.Errorf("kaas-%d is not the new controller", other)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	took = time.Since(killed)
+	t.Logf("the controller kaas-%d killed; kaas-%d elected after %v", ctrl, other, took.Round(10*time.Millisecond))
+	if took > bound {
+		t.Errorf("new controller after %v, above %v", took, bound)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.seen {
+		if strings.Contains(s, fmt.Sprintf("kaas-%d dead", other)) {
+			t.Errorf("a live broker was declared dead: %s", s)
+		}
+	}
+}
