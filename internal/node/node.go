@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/kaas-dev/kaas/internal/broker"
 	"github.com/kaas-dev/kaas/internal/cluster"
 	"github.com/kaas-dev/kaas/internal/coord"
+	"github.com/kaas-dev/kaas/internal/fsutil"
 	"github.com/kaas-dev/kaas/internal/group"
 	"github.com/kaas-dev/kaas/internal/offsets"
 	"github.com/kaas-dev/kaas/internal/volume"
@@ -64,6 +66,9 @@ func Start(cfg Config) (*Node, error) {
 	v := &view{}
 	bc := cfg.Broker
 	bc.Cluster = v
+	if err := checkVolume(bc.DataDir); err != nil {
+		return nil, err
+	}
 	log := bc.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -229,6 +234,19 @@ func (n *Node) Wait() error {
 		return nil
 	}
 	return err
+}
+
+// checkVolume refuses, before anything is written, a data dir whose file
+// system does not give what kaas relies on (docs/volume.md).
+func checkVolume(dataDir string) error {
+	dir := volume.ClusterDir(dataDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("node: data dir %s: %w", dataDir, err)
+	}
+	if err := fsutil.CheckVolume(dir); err != nil {
+		return fmt.Errorf("node: refusing to start on %s: %w", dataDir, err)
+	}
+	return nil
 }
 
 // Single is one broker running alone on a data dir, without a cluster
