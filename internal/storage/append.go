@@ -411,7 +411,7 @@ func (l *Log) dropUnsyncedLocked(cause error) {
 		return
 	}
 	pending := func(what string, err error) {
-		l.cutPending = fmt.Errorf("storage: %s: cutting the unsynced tail after a failed fsync (%s: %v): %w", l.dir, what, err, cause)
+		l.cutPending = fmt.Errorf("storage: %s: cutting the unsynced tail after a failed fsync (%s: %w): %w", l.dir, what, err, cause)
 	}
 	f := seg.log.w()
 	if err := f.Truncate(pos); err != nil {

@@ -146,7 +146,7 @@ func validateBatch(b []byte, maxBytes int32) (batchHeader, error) {
 	}
 	if h.codec() == 0 {
 		if err := eachRecord(b[batchHeaderSize:], h.RecordCount, nil); err != nil {
-			return h, fmt.Errorf("%w: %v", ErrInvalidRecord, err)
+			return h, fmt.Errorf("%w: %w", ErrInvalidRecord, err)
 		}
 	}
 	return h, nil
