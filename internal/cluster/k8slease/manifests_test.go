@@ -160,8 +160,18 @@ func TestManifestsDecodeAndFitTogether(t *testing.T) {
 			t.Errorf("%s probe must be TCP on the Kafka port: %+v", name, p)
 		}
 	}
-	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 9092 || c.Ports[0].Name != "kafka" {
-		t.Errorf("ports = %+v", c.Ports)
+	if len(c.Ports) != 2 || c.Ports[0].ContainerPort != 9092 || c.Ports[0].Name != "kafka" ||
+		c.Ports[1].ContainerPort != 9093 || c.Ports[1].Name != "cluster" {
+		t.Errorf("ports = %+v, want kafka 9092 and cluster 9093", c.Ports)
+	}
+	clusterListen := ""
+	for _, e := range c.Env {
+		if e.Name == "KAAS_CLUSTER_LISTEN" {
+			clusterListen = e.Value
+		}
+	}
+	if !strings.HasSuffix(clusterListen, ":9093") {
+		t.Errorf("KAAS_CLUSTER_LISTEN = %q, want the cluster port 9093", clusterListen)
 	}
 
 	verbs := map[string]bool{}
