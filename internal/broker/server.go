@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -142,7 +143,8 @@ func (s *server) admit(nc net.Conn) bool {
 		b.log.Info("accepting connections again", "refused", s.refused)
 		s.refused = 0
 	}
-	c := &conn{s: s, nc: nc, ip: ip, log: b.log.With("remote", nc.RemoteAddr().String())}
+	c := &conn{s: s, nc: nc, ip: ip, log: b.log.With("remote", nc.RemoteAddr().String()),
+		br: bufio.NewReaderSize(nc, 16<<10)}
 	c.ctx, c.cancel = context.WithCancel(b.ctx)
 	s.conns[c] = struct{}{}
 	s.perIP[ip]++
@@ -203,6 +205,11 @@ type conn struct {
 
 	stopOnce sync.Once
 	stopping atomic.Bool
+
+	// Owned by the reader goroutine.
+	br      *bufio.Reader
+	idleSet time.Time // when the idle deadline was last armed
+	strict  bool      // a request-read deadline is armed: re-arm the idle one
 }
 
 // pending is a request whose response the writer still has to send.
@@ -308,9 +315,15 @@ const firstChunk = 64 << 10
 // taken until the request is answered (the caller releases cap(frame)).
 func (c *conn) readFrame() ([]byte, error) {
 	b := c.s.b
-	c.deadline(b.cfg.ConnectionsMaxIdle)
+	// The idle deadline is moved at most every quarter of it (and at most
+	// once a second): setting a deadline costs, and a busy connection reads
+	// many requests a second.
+	if now := time.Now(); c.strict || now.Sub(c.idleSet) > min(time.Second, b.cfg.ConnectionsMaxIdle/4) {
+		c.deadline(b.cfg.ConnectionsMaxIdle)
+		c.idleSet, c.strict = now, false
+	}
 	var size [4]byte
-	if _, err := io.ReadFull(c.nc, size[:]); err != nil {
+	if _, err := io.ReadFull(c.br, size[:]); err != nil {
 		return nil, err
 	}
 	n := int32(binary.BigEndian.Uint32(size[:]))
@@ -320,7 +333,15 @@ func (c *conn) readFrame() ([]byte, error) {
 	if n < 8 { // key, version, correlation id
 		return nil, fmt.Errorf("%w: frame of %d bytes is shorter than a header", wire.ErrMalformed, n)
 	}
+	if c.br.Buffered() >= int(n) && c.s.budget.TryAcquire(int64(n)) {
+		// The whole frame has arrived and fits the budget: no wait, no
+		// deadline to arm.
+		buf := make([]byte, n)
+		_, _ = io.ReadFull(c.br, buf) // from the buffer: cannot fail
+		return buf, nil
+	}
 	c.deadline(b.cfg.RequestReadTimeout)
+	c.strict = true // the next size prefix re-arms the idle deadline
 	ctx, cancel := context.WithTimeout(c.ctx, b.cfg.RequestReadTimeout)
 	defer cancel()
 	var buf []byte
@@ -335,7 +356,7 @@ func (c *conn) readFrame() ([]byte, error) {
 			copy(nb, buf)
 			buf = nb
 		}
-		k, err := io.ReadFull(c.nc, buf[len(buf):cap(buf)])
+		k, err := io.ReadFull(c.br, buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+k]
 		if err != nil {
 			c.s.budget.Release(int64(cap(buf)))
