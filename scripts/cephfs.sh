@@ -37,7 +37,11 @@ usage() {
 }
 [ $# -ge 2 ] || usage
 cmd=$1
-DIR=$(mkdir -p "$2" && cd "$2" && pwd)
+case "$cmd" in
+start | mount) mkdir -p "$2" ;;
+*) [ -d "$2" ] || { echo "cephfs: $2 does not exist: nothing to $cmd" >&2; exit 1; } ;;
+esac
+DIR=$(cd "$2" && pwd)
 N=${3:-}
 CONF="$DIR/ceph.conf"
 WAIT=${CEPHFS_WAIT:-90}
@@ -85,8 +89,9 @@ install_packages() {
   if [ ${#need[@]} -gt 0 ]; then
     [ "$(id -u)" = 0 ] || die "needs root to install ${need[*]} (or install them first)"
     log "installing ${need[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    apt-get update -qq || die "apt-get update failed"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null \
+      || die "apt-get install ${need[*]} failed"
   fi
   [ -e /dev/fuse ] || die "/dev/fuse is missing: ceph-fuse cannot mount"
 }
@@ -108,7 +113,7 @@ public_addr = 127.0.0.1
 cluster_addr = 127.0.0.1
 ms_bind_ipv4 = true
 ms_bind_ipv6 = false
-# no authentication (a keyring still exists: ceph-mon --mkfs wants one)
+# no authentication: the keyring below is made at mkfs but no key is ever checked
 auth_cluster_required = none
 auth_service_required = none
 auth_client_required = none
@@ -172,6 +177,10 @@ start_mon() {
       || die "ceph-mon --mkfs failed (log: $DIR/log/mon.a.log)"
   fi
   if ! pid_alive mon.a; then
+    # another cluster (or anything) on the mon's port: say so rather than wait
+    if (exec 3<>"/dev/tcp/127.0.0.1/$MON_PORT") 2>/dev/null; then
+      die "127.0.0.1:$MON_PORT is already in use (another cluster? set CEPHFS_MON_PORT)"
+    fi
     log "mon.a: start"
     ceph-mon -c "$CONF" -i a || die "ceph-mon did not start (log: $DIR/log/mon.a.log)"
   fi
@@ -230,7 +239,9 @@ start_fs() {
 # client.mntK, with its own log and admin socket).
 do_mount() {
   local n=$1 k m
-  [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 16 ] || die "N must be 1..16, got '$n'"
+  if ! [[ "$n" =~ ^[0-9]+$ ]] || [ "$n" -lt 1 ] || [ "$n" -gt 16 ]; then
+    die "N must be 1..16, got '$n'"
+  fi
   for ((k = 0; k < n; k++)); do
     m="$DIR/mnt$k"
     mkdir -p "$m"
