@@ -213,18 +213,11 @@ func (p *probe) errors(kind string) int {
 
 func (p *probe) commits(ctx context.Context, l *ledger) {
 	adm := kadm.NewClient(p.cl)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	paced(ctx, 50*time.Millisecond, func(int) {
 		if err := p.commitOnce(ctx, adm, l); err != nil {
 			p.failed("commit")
 		}
-	}
+	})
 }
 
 // commitOnce commits the next value for every partition in probeGroup,
@@ -276,14 +269,7 @@ func (p *probe) commitOnce(ctx context.Context, adm *kadm.Client, l *ledger) err
 }
 
 func (p *probe) produces(ctx context.Context, l *ledger) {
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for n := 0; ; n++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	paced(ctx, 20*time.Millisecond, func(n int) {
 		r := &kgo.Record{Partition: int32(n % partitions), Value: fmt.Appendf(nil, "r0-q%d", n)}
 		p.prod.Produce(ctx, r, func(r *kgo.Record, err error) {
 			if err != nil {
@@ -293,7 +279,7 @@ func (p *probe) produces(ctx context.Context, l *ledger) {
 			}
 			l.ackPlain(rec{Partition: r.Partition, Offset: r.Offset, Value: string(r.Value)})
 		})
-	}
+	})
 }
 
 // writeFaultTable writes the long mode's fault table.

@@ -267,16 +267,9 @@ func (ld *load) stop() {
 // producePlain produces to every partition in turn, about 250 records a
 // second, acks=all, idempotent (franz-go's default).
 func producePlain(ctx context.Context, cl *kgo.Client, round int, l *ledger) {
-	tick := time.NewTicker(4 * time.Millisecond)
-	defer tick.Stop()
-	for n := 0; ; n++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	paced(ctx, 4*time.Millisecond, func(n int) {
 		if cl.BufferedProduceRecords() > 1000 {
-			continue
+			return
 		}
 		r := &kgo.Record{Partition: int32(n % partitions), Value: fmt.Appendf(nil, "r%d-p%d%s", round, n, padding)}
 		cl.Produce(ctx, r, func(r *kgo.Record, err error) {
@@ -286,6 +279,20 @@ func producePlain(ctx context.Context, cl *kgo.Client, round int, l *ledger) {
 			}
 			l.ackPlain(rec{Partition: r.Partition, Offset: r.Offset, Value: string(r.Value)})
 		})
+	})
+}
+
+// paced calls fn(0), fn(1), ... once per tick of every until ctx ends.
+func paced(ctx context.Context, every time.Duration, fn func(n int)) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		fn(n)
 	}
 }
 
@@ -297,20 +304,13 @@ var padding = strings.Repeat(".", 200)
 // suite checks nothing of these records: they leave unsynced tails in the
 // segments at the moment of a cut, for recovery to deal with.
 func produceLoose(ctx context.Context, cl *kgo.Client, round int) {
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for n := 0; ; n++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	paced(ctx, 10*time.Millisecond, func(n int) {
 		if cl.BufferedProduceRecords() > 1000 {
-			continue
+			return
 		}
 		v := fmt.Appendf(nil, "r%d-l%d%s", round, n, padding)
 		cl.Produce(ctx, &kgo.Record{Partition: int32(n % partitions), Value: v}, nil)
-	}
+	})
 }
 
 // produceTxns runs transactions of 1-5 records over the partitions, four
@@ -383,18 +383,9 @@ func runTxn(ctx context.Context, cl *kgo.Client, t *txnRec, l *ledger, rng *rand
 // commitOffsets commits rising offsets for every partition of plainTopic
 // in every group, one group at a time, about every 20ms.
 func commitOffsets(ctx context.Context, adm *kadm.Client, l *ledger) {
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		for _, g := range groups {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			commitOnce(ctx, adm, l, g)
-		}
-	}
+	paced(ctx, 20*time.Millisecond, func(n int) {
+		commitOnce(ctx, adm, l, groups[n%len(groups)])
+	})
 }
 
 func commitOnce(ctx context.Context, adm *kadm.Client, l *ledger, g string) {
