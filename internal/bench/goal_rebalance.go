@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -267,11 +268,7 @@ func (r *groupRun) wait(ctx context.Context, n int, limit time.Duration) (time.T
 func (r *groupRun) syncedCopy() map[int32]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	m := make(map[int32]int, len(r.synced))
-	for k, v := range r.synced {
-		m[k] = v
-	}
-	return m
+	return maps.Clone(r.synced)
 }
 
 // lastJoin is when the last member first sent a JoinGroup with its id.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"sort"
@@ -181,22 +182,14 @@ func (p *peers) forget(id string) {
 func (p *peers) received() map[string]Report {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make(map[string]Report, len(p.inbox))
-	for id, r := range p.inbox {
-		out[id] = r
-	}
-	return out
+	return maps.Clone(p.inbox)
 }
 
 // lastAcks returns a copy of every peer's last answer.
 func (p *peers) lastAcks() map[string]ackState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make(map[string]ackState, len(p.acks))
-	for id, a := range p.acks {
-		out[id] = a
-	}
-	return out
+	return maps.Clone(p.acks)
 }
 
 // broadcast sends rep to every known peer, one request in flight per peer

@@ -2,6 +2,7 @@ package powerfs
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"strconv"
 	"sync"
@@ -119,9 +120,5 @@ func (s *faultSet) check(op Op, paths ...string) syscall.Errno {
 func (s *faultSet) counts() map[Op]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[Op]int, len(s.failed))
-	for k, v := range s.failed {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(s.failed)
 }
