@@ -60,13 +60,8 @@ func (s *Store) enqueue(group string, r *request) (wait func(context.Context) er
 	}
 	g.qmu.Unlock()
 	return func(ctx context.Context) error {
-		select {
-		case <-r.done:
-		case <-ctx.Done():
-			if g.withdraw(r) {
-				return ctx.Err()
-			}
-			<-r.done // already being written: its outcome is the answer
+		if err := g.await(ctx, r); err != nil {
+			return err
 		}
 		if r.retry { // the handle was evicted while queued: write it on a fresh one
 			return s.submit(ctx, group, r)
@@ -100,13 +95,8 @@ func (s *Store) submit(ctx context.Context, groupID string, r *request) error {
 			g.pending = append(g.pending, r)
 			g.qmu.Unlock()
 			s.writes.Done()
-			select {
-			case <-r.done:
-			case <-ctx.Done():
-				if g.withdraw(r) {
-					return ctx.Err()
-				}
-				<-r.done // already being written: its outcome is the answer
+			if err := g.await(ctx, r); err != nil {
+				return err
 			}
 		}
 		if r.retry {
@@ -114,6 +104,21 @@ func (s *Store) submit(ctx context.Context, groupID string, r *request) error {
 		}
 		return r.err
 	}
+}
+
+// await waits for r's outcome. When ctx ends first and no batch took r
+// yet, r leaves the queue and ctx's error is returned; once r is being
+// written, its outcome is the answer.
+func (g *groupState) await(ctx context.Context, r *request) error {
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		if g.withdraw(r) {
+			return ctx.Err()
+		}
+		<-r.done
+	}
+	return nil
 }
 
 // withdraw removes r from the queue if no batch took it yet.
