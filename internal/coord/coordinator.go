@@ -223,21 +223,7 @@ func (c *Coordinator) awaitRelease(group string) error {
 // its writes carry. It also refuses while this broker's view is stale and
 // while the group is still being released by a previous owner.
 func (c *Coordinator) grant(group string) (offsets.Fence, error) {
-	src := c.own.Source()
-	if !src.Serving() {
-		return offsets.Fence{}, ErrNotAvailable
-	}
-	b, ok := src.Group(group)
-	if !ok || b.ID != c.cfg.Me {
-		return offsets.Fence{}, ErrNotCoordinator
-	}
-	if c.cfg.Fresh != nil && !c.cfg.Fresh() {
-		return offsets.Fence{}, ErrNotCoordinator
-	}
-	if t, ok := src.(*Table); ok && !c.released(group, t, (*Table).Group) {
-		return offsets.Fence{}, ErrLoadInProgress
-	}
-	return src.Fence(), nil
+	return c.grantBy(group, Source.Group)
 }
 
 // GrantTxn is the ownership decision for a transactional id (the hash tier
@@ -245,20 +231,27 @@ func (c *Coordinator) grant(group string) (offsets.Fence, error) {
 // in force; refused while this broker's view is stale and while the id is
 // still being released by a previous coordinator.
 func (c *Coordinator) GrantTxn(id string) (offsets.Fence, bool) {
+	f, err := c.grantBy(id, Source.Txn)
+	return f, err == nil
+}
+
+// grantBy is the ownership decision for key routed by route (groups or
+// transactional ids), from one snapshot of the source in force.
+func (c *Coordinator) grantBy(key string, route func(Source, string) (Broker, bool)) (offsets.Fence, error) {
 	src := c.own.Source()
 	if !src.Serving() {
-		return offsets.Fence{}, false
+		return offsets.Fence{}, ErrNotAvailable
 	}
-	if b, ok := src.Txn(id); !ok || b.ID != c.cfg.Me {
-		return offsets.Fence{}, false
+	if b, ok := route(src, key); !ok || b.ID != c.cfg.Me {
+		return offsets.Fence{}, ErrNotCoordinator
 	}
 	if c.cfg.Fresh != nil && !c.cfg.Fresh() {
-		return offsets.Fence{}, false
+		return offsets.Fence{}, ErrNotCoordinator
 	}
-	if t, ok := src.(*Table); ok && !c.released(id, t, (*Table).Txn) {
-		return offsets.Fence{}, false
+	if t, ok := src.(*Table); ok && !c.released(key, t, route) {
+		return offsets.Fence{}, ErrLoadInProgress
 	}
-	return src.Fence(), true
+	return src.Fence(), nil
 }
 
 // owner is group's Owner for the store: grant, evaluated under the group's
@@ -270,7 +263,7 @@ func (c *Coordinator) owner(group string) offsets.Owner {
 // released reports whether no broker may still act on an assignment that
 // routes key elsewhere: every assignment not yet settled, up to t, routes it
 // here (by route: groups or transactional ids).
-func (c *Coordinator) released(key string, t *Table, route func(*Table, string) (Broker, bool)) bool {
+func (c *Coordinator) released(key string, t *Table, route func(Source, string) (Broker, bool)) bool {
 	if !c.unsettled.Load() {
 		return true
 	}
