@@ -56,18 +56,23 @@ func TestExactlyOnceAcrossBrokersWithTxnCoordinatorKilled(t *testing.T) {
 	txnNode := int(txnCoordinatorOf(t, cl, txnID))
 	t.Logf("group %s on %d, transactional id %s on %d", groupID, coordinatorOf(t, cl, groupID), txnID, txnNode)
 
-	sess, err := kgo.NewGroupTransactSession(
-		kgo.SeedBrokers(c.AllAddrs()...),
-		kgo.ConsumerGroup(groupID), kgo.ConsumeTopics("eos-in"),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.TransactionalID(txnID), kgo.TransactionTimeout(10*time.Second),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RequireStableFetchOffsets(),
-		kgo.RecordRetries(50), kgo.RetryTimeout(30*time.Second),
-	)
-	if err != nil {
-		t.Fatal(err)
+	newSession := func() *kgo.GroupTransactSession {
+		sess, err := kgo.NewGroupTransactSession(
+			kgo.SeedBrokers(c.AllAddrs()...),
+			kgo.ConsumerGroup(groupID), kgo.ConsumeTopics("eos-in"),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+			kgo.TransactionalID(txnID), kgo.TransactionTimeout(10*time.Second),
+			kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RequireStableFetchOffsets(),
+			kgo.RecordRetries(50), kgo.RetryTimeout(30*time.Second),
+		)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sess
 	}
-	defer sess.Close()
+	sess := newSession()
+	defer func() { sess.Close() }()
+	restarts := 0
 	var processed atomic.Int64
 	killed := false
 	deadline := time.Now().Add(90 * time.Second)
@@ -80,7 +85,19 @@ func TestExactlyOnceAcrossBrokersWithTxnCoordinatorKilled(t *testing.T) {
 			break
 		}
 		if err := sess.Begin(); err != nil {
-			t.Fatalf("begin: %v", err)
+			// franz-go gives up on a producer whose AddPartitionsToTxn
+			// could not be sent because the coordinator it had just
+			// looked up left the broker list before the send (its
+			// "unknown broker", not retried). What an application does
+			// then: a new session with the same transactional id, which
+			// fences the old producer and resumes from committed offsets.
+			if restarts++; restarts > 3 {
+				t.Fatalf("begin, after %d new sessions: %v", restarts-1, err)
+			}
+			t.Logf("begin: %v; a new session", err)
+			sess.Close()
+			sess = newSession()
+			continue
 		}
 		var failed atomic.Bool
 		for _, r := range recs {
