@@ -75,6 +75,7 @@ type commonFlags struct {
 	requestReadTimeout time.Duration
 	queuedMaxBytes     int64
 	deadAfter          time.Duration
+	stallLimit         time.Duration
 	election           electionFlags // elector.go
 }
 
@@ -96,6 +97,7 @@ func (c *commonFlags) register(fs cliflag.Set) {
 	fs.DurationVar(&c.requestReadTimeout, "request-read-timeout", 30*time.Second, "the bytes of one request must all arrive within this once its size is read")
 	fs.Int64Var(&c.queuedMaxBytes, "queued-max-request-bytes", 0, "queued.max.request.bytes: request bytes read and not yet answered, all connections (0: 2 × --max-frame-bytes)")
 	fs.DurationVar(&c.deadAfter, "dead-after", 3*time.Second, "a broker whose reports stop for this long is dead")
+	fs.DurationVar(&c.stallLimit, "volume-stall-limit", 15*time.Second, "how long a broker stays alive while its cluster loop waits on the volume (a network file system's stall); after it, its reports stop")
 	c.election.register(fs)
 }
 
@@ -227,7 +229,7 @@ func (c *commonFlags) nodeConfig(bc broker.Config) node.Config {
 	gc := group.DefaultConfig()
 	gc.InitialRebalanceDelay = c.rebalanceDelay
 	gc.MinSessionTimeout, gc.MaxSessionTimeout, gc.MaxSize = c.minSession, c.maxSession, c.maxGroupSize
-	return node.Config{Broker: bc, ReportInterval: c.reportInterval, DeadAfter: c.deadAfter,
+	return node.Config{Broker: bc, ReportInterval: c.reportInterval, DeadAfter: c.deadAfter, StallLimit: c.stallLimit,
 		Group: &gc, OffsetsRetention: c.offsetsRetention, Elector: c.election.elector(bc, c.deadAfter)}
 }
 

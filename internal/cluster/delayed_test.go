@@ -1,15 +1,19 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io/fs"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +28,15 @@ import (
 // file server decides it.
 type delayedDisk struct {
 	max time.Duration
+	// stallTick and stallOdds model a file server that holds a call
+	// conflicting with another client's cached state until its next tick
+	// (CephFS's MDS, docs/volume.md "Stalls"): a call stalls with
+	// probability stallOdds until the next multiple of stallTick since
+	// born. Zero: no call stalls.
+	stallTick time.Duration
+	stallOdds float64
+	born      time.Time
+	closed    chan struct{} // closed at the end of the test: no more stalls
 
 	mu    sync.Mutex // guards files, seq
 	files map[string][]version
@@ -39,15 +52,39 @@ type version struct {
 }
 
 func newDelayedDisk(max time.Duration) *delayedDisk {
-	return &delayedDisk{max: max, files: map[string][]version{}}
+	return &delayedDisk{max: max, files: map[string][]version{}, born: time.Now(), closed: make(chan struct{})}
+}
+
+// wait holds a call as the file server would (see stallTick).
+func (d *delayedDisk) wait() {
+	if d.stallTick <= 0 || rand.Float64() >= d.stallOdds {
+		return
+	}
+	since := time.Since(d.born)
+	t := time.NewTimer(d.stallTick - since%d.stallTick)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-d.closed:
+	}
 }
 
 // view is one broker's client of the disk.
 func (d *delayedDisk) view(me string) *delayedView { return &delayedView{d: d, me: me} }
 
 type delayedView struct {
-	d  *delayedDisk
-	me string
+	d    *delayedDisk
+	me   string
+	hung atomic.Bool // every call blocks until the end of the test
+}
+
+// wait holds a call as the file server would, or for good while hung.
+func (v *delayedView) wait() {
+	if v.hung.Load() {
+		<-v.d.closed
+		return
+	}
+	v.d.wait()
 }
 
 // delay is the view's delay for one write: a hash of both, in [0, max].
@@ -76,6 +113,7 @@ func (v *delayedView) put(path string, data []byte, deleted bool) {
 }
 
 func (v *delayedView) ReadDir(dir string) ([]string, error) {
+	v.wait()
 	v.d.mu.Lock()
 	defer v.d.mu.Unlock()
 	now := time.Now()
@@ -93,6 +131,7 @@ func (v *delayedView) ReadDir(dir string) ([]string, error) {
 }
 
 func (v *delayedView) ReadFile(path string) ([]byte, error) {
+	v.wait()
 	v.d.mu.Lock()
 	defer v.d.mu.Unlock()
 	w, ok := v.visible(path, time.Now())
@@ -103,6 +142,7 @@ func (v *delayedView) ReadFile(path string) ([]byte, error) {
 }
 
 func (v *delayedView) Stamp(path string) (string, error) {
+	v.wait()
 	v.d.mu.Lock()
 	defer v.d.mu.Unlock()
 	w, ok := v.visible(path, time.Now())
@@ -113,6 +153,7 @@ func (v *delayedView) Stamp(path string) (string, error) {
 }
 
 func (v *delayedView) WriteFile(path string, data []byte) error {
+	v.wait()
 	v.d.mu.Lock()
 	defer v.d.mu.Unlock()
 	v.put(path, data, false)
@@ -120,6 +161,7 @@ func (v *delayedView) WriteFile(path string, data []byte) error {
 }
 
 func (v *delayedView) CreateExclusive(path string, data []byte) error {
+	v.wait()
 	v.d.mu.Lock()
 	defer v.d.mu.Unlock()
 	if hist := v.d.files[path]; len(hist) > 0 && !hist[len(hist)-1].deleted {
@@ -130,6 +172,7 @@ func (v *delayedView) CreateExclusive(path string, data []byte) error {
 }
 
 func (v *delayedView) Remove(path string) error {
+	v.wait()
 	v.d.mu.Lock()
 	defer v.d.mu.Unlock()
 	if hist := v.d.files[path]; len(hist) > 0 && !hist[len(hist)-1].deleted {
@@ -143,14 +186,18 @@ func (v *delayedView) MkdirAll(string) error { return nil }
 // delayedCluster is n runtimes on one delayed disk, each with a cluster
 // listener on loopback.
 type delayedCluster struct {
-	t    *testing.T
-	rts  []*Runtime
-	mu   sync.Mutex // guards seen
-	seen []string   // every broker health change any runtime applied
+	t     *testing.T
+	rts   []*Runtime
+	views []*delayedView
+	mu    sync.Mutex // guards seen
+	seen  []string   // every broker health change any runtime applied
 }
 
 func startDelayedCluster(t *testing.T, n int, maxDelay time.Duration) *delayedCluster {
-	disk := newDelayedDisk(maxDelay)
+	return startOnDisk(t, n, newDelayedDisk(maxDelay))
+}
+
+func startOnDisk(t *testing.T, n int, disk *delayedDisk, tune ...func(*Config)) *delayedCluster {
 	c := &delayedCluster{t: t}
 	for i := range n {
 		id := fmt.Sprintf("kaas-%d", i)
@@ -158,8 +205,13 @@ func startDelayedCluster(t *testing.T, n int, maxDelay time.Duration) *delayedCl
 		if testing.Verbose() {
 			log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		}
-		r, err := New(Config{DataDir: "/volume", ID: id, NodeID: int32(i), Host: "127.0.0.1", Port: int32(9092 + i),
-			ClusterListen: "127.0.0.1:0", DeadAfter: 3 * time.Second, Volume: disk.view(id), Logger: log})
+		view := disk.view(id)
+		cfg := Config{DataDir: "/volume", ID: id, NodeID: int32(i), Host: "127.0.0.1", Port: int32(9092 + i),
+			ClusterListen: "127.0.0.1:0", DeadAfter: 3 * time.Second, Volume: view, Logger: log}
+		for _, f := range tune {
+			f(&cfg)
+		}
+		r, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,11 +228,13 @@ func startDelayedCluster(t *testing.T, n int, maxDelay time.Duration) *delayedCl
 			}
 		})
 		c.rts = append(c.rts, r)
+		c.views = append(c.views, view)
 	}
 	for _, r := range c.rts {
 		r.Start()
 	}
 	t.Cleanup(func() {
+		close(disk.closed)
 		for _, r := range c.rts {
 			r.Abort()
 		}
@@ -305,5 +359,103 @@ func TestLivenessAndElectionOnADelayedVolume(t *testing.T) {
 		if strings.Contains(s, fmt.Sprintf("kaas-%d dead", other)) {
 			t.Errorf("a live broker was declared dead: %s", s)
 		}
+	}
+}
+
+// TestIdleClusterOnAVolumeWhoseCallsStallDeclaresNobodyDead runs three
+// brokers on a volume whose calls stall, one in ten, until the file
+// server's next 4 s tick (CephFS's MDS with its default tick stalled
+// renames and lookups up to 5 s), with writes shown to the other brokers up
+// to 1 s late. Liveness goes over the network, but a broker whose own loop
+// waits on the volume must still be heard: idle, nobody is declared dead
+// and the controller does not change; a broker killed is still detected.
+func TestIdleClusterOnAVolumeWhoseCallsStallDeclaresNobodyDead(t *testing.T) {
+	disk := newDelayedDisk(time.Second)
+	disk.stallTick, disk.stallOdds = 4*time.Second, 0.1
+	c := startOnDisk(t, 3, disk)
+	all := map[string]bool{"kaas-0": true, "kaas-1": true, "kaas-2": true}
+	if err := c.allSee([]int{0, 1, 2}, all, 60*time.Second); err != nil {
+		t.Fatalf("the cluster did not form: %v", err)
+	}
+	var ctrl int
+	var epoch int64
+	if err := testutil.Poll(30*time.Second, func() error {
+		if ctrl, epoch = c.controller([]int{0, 1, 2}); ctrl < 0 {
+			return errors.New("no controller")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.seen = nil // forming may mark a broker not yet heard dead
+	c.mu.Unlock()
+	deadline := time.Now().Add(16 * time.Second)
+	for time.Now().Before(deadline) {
+		if now, e := c.controller([]int{0, 1, 2}); now >= 0 && (now != ctrl || e != epoch) {
+			t.Fatalf("the controller changed while idle: kaas-%d epoch %d, then kaas-%d epoch %d", ctrl, epoch, now, e)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.mu.Lock()
+	seen := slices.Clone(c.seen)
+	c.mu.Unlock()
+	if len(seen) > 0 {
+		t.Fatalf("health changes while idle on a stalling volume: %v", seen)
+	}
+
+	victim := (ctrl + 1) % 3
+	var live []int
+	gone := map[string]bool{}
+	for i := range 3 {
+		if i != victim {
+			live = append(live, i)
+		}
+		gone[fmt.Sprintf("kaas-%d", i)] = i != victim
+	}
+	killed := time.Now()
+	c.rts[victim].Abort()
+	if err := c.allSee(live, gone, 30*time.Second); err != nil {
+		t.Fatalf("kill -9 of kaas-%d not detected: %v", victim, err)
+	}
+	t.Logf("kill -9 of kaas-%d detected by every live broker after %v", victim, time.Since(killed).Round(10*time.Millisecond))
+}
+
+// TestBrokerWhoseVolumeHangsIsDeclaredDead: the heartbeat speaks for a
+// runtime loop waiting on the volume only up to the stall limit. A broker
+// whose every volume call hangs for good is declared dead by the others
+// once the limit and --dead-after have passed, and a new controller is
+// elected when it was the controller.
+func TestBrokerWhoseVolumeHangsIsDeclaredDead(t *testing.T) {
+	const stallLimit = 4 * time.Second
+	c := startOnDisk(t, 3, newDelayedDisk(0), func(cfg *Config) { cfg.StallLimit = stallLimit })
+	all := map[string]bool{"kaas-0": true, "kaas-1": true, "kaas-2": true}
+	if err := c.allSee([]int{0, 1, 2}, all, 30*time.Second); err != nil {
+		t.Fatalf("the cluster did not form: %v", err)
+	}
+	ctrl, epoch := c.controller([]int{0, 1, 2})
+	if ctrl < 0 {
+		t.Fatal("no controller")
+	}
+	hung := time.Now()
+	c.views[ctrl].hung.Store(true)
+	var live []int
+	gone := map[string]bool{}
+	for i := range 3 {
+		if i != ctrl {
+			live = append(live, i)
+		}
+		gone[fmt.Sprintf("kaas-%d", i)] = i != ctrl
+	}
+	if err := c.allSee(live, gone, 30*time.Second); err != nil {
+		t.Fatalf("the broker with a hung volume was not declared dead: %v", err)
+	}
+	took := time.Since(hung)
+	t.Logf("kaas-%d's volume hung; declared dead after %v (stall limit %v + dead-after 3s)", ctrl, took.Round(10*time.Millisecond), stallLimit)
+	if took < stallLimit {
+		t.Errorf("declared dead after %v, before the stall limit %v: the heartbeat did not speak for the loop", took, stallLimit)
+	}
+	if now, e := c.controller(live); now < 0 || e <= epoch {
+		t.Errorf("no new controller among the live brokers (kaas-%d, epoch %d; was epoch %d)", now, e, epoch)
 	}
 }

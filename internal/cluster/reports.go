@@ -17,13 +17,14 @@ const (
 	StateStopped  = "stopped"
 )
 
-// Report is a broker's liveness report, rewritten about once a second at
-// <data>/__cluster/brokers/<id>.json. The transport is the shared volume:
-// it is the one channel every broker already has and must have, it needs no
-// controller address (which changes on every election), and a report
-// survives a controller change, so a new controller inherits what every
-// broker last said. The controller judges liveness by seeing seq change,
-// measured on its own clock: no clocks are compared between machines.
+// Report is a broker's liveness report, sent to every peer's cluster
+// listener about once a second (by the runtime loop, or by its heartbeat
+// while the loop waits on the volume) and rewritten by the loop at
+// <data>/__cluster/brokers/<id>.json, where brokers find each other's
+// addresses and a new controller inherits what every broker last said
+// (docs/cluster.md, "Liveness"). Observers judge liveness by seeing seq
+// change, measured on their own clock: no clocks are compared between
+// machines.
 type Report struct {
 	ID          string    `json:"id"`
 	NodeID      int32     `json:"nodeId"`

@@ -34,6 +34,10 @@ type Config struct {
 	ReportInterval time.Duration // default 1s
 	DeadAfter      time.Duration // default 3s: kill -9 is detected within this
 	PollInterval   time.Duration // assignment poll and controller tick; default 200ms
+	// StallLimit is how long the runtime loop may wait on the volume while
+	// the heartbeat keeps reporting this broker alive over the network
+	// (docs/cluster.md, "A volume whose calls stall"); default 15s.
+	StallLimit time.Duration
 
 	Elector Elector // nil: the FileElector with TTL = DeadAfter
 	// Volume reaches the runtime's files; nil: OS (tests model a network
@@ -57,6 +61,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = 200 * time.Millisecond
+	}
+	if c.StallLimit <= 0 {
+		c.StallLimit = 15 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -101,10 +108,19 @@ type Runtime struct {
 
 	peers *peers // nil without ClusterListen
 
+	// repMu orders the reports: the loop's and the heartbeat's take their
+	// seq under it, so a higher seq never carries older content.
+	repMu   sync.Mutex
+	seq     int64   // guarded by repMu
+	lastRep *Report // guarded by repMu: the loop's latest report
+	// progress is when the loop last finished a step (or started); the
+	// heartbeat speaks for the loop only while it is recent.
+	progress atomic.Pointer[time.Time]
+	sentAt   atomic.Pointer[time.Time] // the latest report sent to the peers
+
 	// Owned by the loop goroutine.
 	watch       *watcher
 	incarnation string
-	seq         int64
 	state       atomic.Value // string: running, draining, stopped
 	lastReport  time.Time
 	reportedAt  time.Time // the step start of the last successful report
@@ -116,7 +132,8 @@ type Runtime struct {
 	wakeup chan struct{}
 	pause  chan time.Duration
 	cancel context.CancelFunc
-	done   chan struct{}
+	done   chan struct{} // closed when the loop has ended
+	beat   chan struct{} // closed when the heartbeat has ended
 }
 
 // New prepares a runtime; Start runs it.
@@ -142,6 +159,7 @@ func New(cfg Config) (*Runtime, error) {
 		wakeup:      make(chan struct{}, 1),
 		pause:       make(chan time.Duration, 1),
 		done:        make(chan struct{}),
+		beat:        make(chan struct{}),
 	}
 	r.state.Store(StateRunning)
 	if r.cfg.Elector == nil {
@@ -188,8 +206,13 @@ func (r *Runtime) Ready() <-chan struct{} { return r.ready }
 func (r *Runtime) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
+	now := time.Now()
+	r.progress.Store(&now)
 	if r.peers != nil {
 		r.peers.serve()
+		go r.heartbeat(ctx)
+	} else {
+		close(r.beat)
 	}
 	go r.loop(ctx)
 }
@@ -293,10 +316,12 @@ func (r *Runtime) Stop(ctx context.Context) error {
 		return nil
 	}
 	r.cancel()
-	select {
-	case <-r.done:
-	case <-ctx.Done():
-		return ctx.Err()
+	for _, ch := range []chan struct{}{r.done, r.beat} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	r.state.Store(StateStopped)
 	err := r.report(time.Now())
@@ -322,6 +347,8 @@ func (r *Runtime) loop(ctx context.Context) {
 	defer t.Stop()
 	for {
 		r.step(ctx, time.Now())
+		done := time.Now()
+		r.progress.Store(&done)
 		select {
 		case <-ctx.Done():
 			return
@@ -336,6 +363,8 @@ func (r *Runtime) loop(ctx context.Context) {
 			case <-time.After(d):
 			}
 			r.paused.Store(false)
+			done := time.Now() // not stalled on the volume: paused
+			r.progress.Store(&done)
 		}
 	}
 }
@@ -353,7 +382,10 @@ func (r *Runtime) step(ctx context.Context, now time.Time) {
 			r.peers.learn(reports)
 			reports = r.merge(reports)
 		}
-		r.watch.observe(now, reports)
+		// A change counts from when it was read, not from the start of
+		// the step: a step can wait on the volume for seconds, and a
+		// report read after that wait is that recent.
+		r.watch.observe(time.Now(), reports)
 		r.publishApplied()
 	}
 	r.learnEpochs()
@@ -565,10 +597,9 @@ func (r *Runtime) lastState() any {
 }
 
 func (r *Runtime) report(now time.Time) error {
-	r.seq++
 	rep := Report{
 		ID: r.cfg.ID, NodeID: r.cfg.NodeID, Host: r.cfg.Host, Port: r.cfg.Port, Rack: r.cfg.Rack,
-		State: r.state.Load().(string), Incarnation: r.incarnation, Seq: r.seq, At: now.UTC(),
+		State: r.state.Load().(string), Incarnation: r.incarnation, At: now.UTC(),
 		Groups: r.cfg.ActiveGroups(),
 	}
 	if a := r.current.Load(); a != nil {
@@ -577,13 +608,76 @@ func (r *Runtime) report(now time.Time) error {
 	rep.KnownEpoch, rep.Leader = r.known.Load(), r.leader.Load()
 	if r.peers != nil {
 		rep.ClusterAddr = r.peers.Addr()
-		r.peers.broadcast(rep, now)
+	}
+	r.repMu.Lock()
+	r.seq++
+	rep.Seq = r.seq
+	r.lastRep = &rep
+	r.repMu.Unlock()
+	if r.peers != nil {
+		r.send(rep, now)
 	}
 	if err := writeReport(r.cfg.Volume, r.cfg.DataDir, rep); err != nil {
 		return err
 	}
 	r.lastReport, r.reportedAt = now, now
 	return nil
+}
+
+// send broadcasts a report to the peers and notes when.
+func (r *Runtime) send(rep Report, now time.Time) {
+	r.peers.broadcast(rep, now)
+	r.sentAt.Store(&now)
+}
+
+// heartbeat re-sends the loop's latest report, with a new seq, to the peers
+// whenever a report interval passed without one: the loop sends its reports
+// between volume calls, and a network file system can hold one call for
+// seconds (docs/volume.md, "Stalls"), which alone must not make this broker
+// dead or its controller role lapse. It speaks for the loop only while the
+// loop finished a step within StallLimit: a broker stuck on its volume for
+// longer goes silent and is declared dead. A paused (tests' frozen) broker
+// sends nothing. Runs until ctx ends.
+func (r *Runtime) heartbeat(ctx context.Context) {
+	defer close(r.beat)
+	t := time.NewTicker(max(r.cfg.ReportInterval/4, 10*time.Millisecond))
+	defer t.Stop()
+	stalled := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if r.paused.Load() {
+				continue
+			}
+			if last := r.sentAt.Load(); last != nil && now.Sub(*last) < r.cfg.ReportInterval {
+				continue
+			}
+			if wait := now.Sub(*r.progress.Load()); wait > r.cfg.StallLimit {
+				if !stalled {
+					r.log.Error("cluster loop waiting on the volume for longer than the stall limit; no longer reporting alive",
+						"waiting", wait.Round(time.Millisecond), "stall_limit", r.cfg.StallLimit)
+					stalled = true
+				}
+				continue
+			}
+			if stalled {
+				r.log.Info("cluster loop running again; reporting alive")
+				stalled = false
+			}
+			r.repMu.Lock()
+			if r.lastRep == nil {
+				r.repMu.Unlock()
+				continue
+			}
+			rep := *r.lastRep
+			r.seq++
+			rep.Seq, rep.At = r.seq, now.UTC()
+			r.repMu.Unlock()
+			r.send(rep, now)
+		}
+	}
 }
 
 // poll reads assignment.json when it changed and applies it; it reports
@@ -750,6 +844,7 @@ func (r *Runtime) Abort() {
 	}
 	r.cancel()
 	<-r.done
+	<-r.beat
 	r.leader.Store(false)
 	if r.peers != nil {
 		r.peers.close()

@@ -30,6 +30,7 @@ type Config struct {
 
 	ReportInterval time.Duration // liveness report period; default 1s
 	DeadAfter      time.Duration // kill -9 detection; default 3s
+	StallLimit     time.Duration // a cluster loop waiting on the volume stays alive this long; default 15s
 	PollInterval   time.Duration // assignment poll / controller tick; default 200ms
 	ReadyTimeout   time.Duration // how long Start waits for the first assignment; default 30s
 	Elector        cluster.Elector
@@ -140,7 +141,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	rt, err = cluster.New(cluster.Config{ClusterListen: clusterListen,
 		DataDir: bc.DataDir, ID: Name(bc.ID), NodeID: bc.ID, Host: host, Port: int32(port), Rack: bc.Rack,
-		ReportInterval: cfg.ReportInterval, DeadAfter: cfg.DeadAfter, PollInterval: cfg.PollInterval,
+		ReportInterval: cfg.ReportInterval, DeadAfter: cfg.DeadAfter, PollInterval: cfg.PollInterval, StallLimit: cfg.StallLimit,
 		Elector: cfg.Elector, Logger: log, ActiveGroups: co.ActiveGroups,
 		Topics: func() []cluster.TopicInfo {
 			if err := b.Topics().Refresh(); err != nil {
