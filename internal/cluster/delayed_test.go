@@ -367,8 +367,9 @@ func TestLivenessAndElectionOnADelayedVolume(t *testing.T) {
 // server's next 4 s tick (CephFS's MDS with its default tick stalled
 // renames and lookups up to 5 s), with writes shown to the other brokers up
 // to 1 s late. Liveness goes over the network, but a broker whose own loop
-// waits on the volume must still be heard: idle, nobody is declared dead
-// and the controller does not change; a broker killed is still detected.
+// waits on the volume must still be heard: idle, nobody is declared dead,
+// the controller does not change, and every broker's view stays fresh (it
+// may serve its groups); a broker killed is still detected.
 func TestIdleClusterOnAVolumeWhoseCallsStallDeclaresNobodyDead(t *testing.T) {
 	disk := newDelayedDisk(time.Second)
 	disk.stallTick, disk.stallOdds = 4*time.Second, 0.1
@@ -390,12 +391,35 @@ func TestIdleClusterOnAVolumeWhoseCallsStallDeclaresNobodyDead(t *testing.T) {
 	c.mu.Lock()
 	c.seen = nil // forming may mark a broker not yet heard dead
 	c.mu.Unlock()
+	// Let every broker's view be confirmed once, then require it to stay
+	// so: the heartbeat's answers keep it fresh while the loop waits.
+	if err := testutil.Poll(10*time.Second, func() error {
+		for i, r := range c.rts {
+			if !r.Fresh() {
+				return fmt.Errorf("kaas-%d not fresh", i)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	stale := map[int]int{}
+	samples := 0
 	deadline := time.Now().Add(16 * time.Second)
 	for time.Now().Before(deadline) {
 		if now, e := c.controller([]int{0, 1, 2}); now >= 0 && (now != ctrl || e != epoch) {
 			t.Fatalf("the controller changed while idle: kaas-%d epoch %d, then kaas-%d epoch %d", ctrl, epoch, now, e)
 		}
+		for i, r := range c.rts {
+			if !r.Fresh() {
+				stale[i]++
+			}
+		}
+		samples++
 		time.Sleep(100 * time.Millisecond)
+	}
+	if len(stale) > 0 {
+		t.Errorf("brokers not fresh while idle (samples of %d): %v", samples, stale)
 	}
 	c.mu.Lock()
 	seen := slices.Clone(c.seen)

@@ -127,7 +127,9 @@ type Runtime struct {
 	lastStat    string    // Volume.Stamp of assignment.json as last read or written
 	lastElect   time.Time
 	election    Election
-	removed     map[string]bool
+	// elected is a copy of election for the heartbeat (updateFresh).
+	elected atomic.Pointer[Election]
+	removed map[string]bool
 
 	wakeup chan struct{}
 	pause  chan time.Duration
@@ -396,6 +398,7 @@ func (r *Runtime) step(ctx context.Context, now time.Time) {
 		}
 		r.lastElect = now
 		r.election = el
+		r.elected.Store(&el)
 		if el.Epoch > r.known.Load() {
 			r.known.Store(el.Epoch)
 		}
@@ -490,32 +493,46 @@ func (r *Runtime) fetchNewer(ctx context.Context) bool {
 // applies the assignment the controller applies); the controller's by its
 // own lease, and, when it has peers, by a peer's answer showing no higher
 // epoch. Without peers: a report on the volume and a poll after it. Runs on
-// the loop.
+// the loop, and with peers on the heartbeat too: an answer to a report the
+// heartbeat sent confirms the view as well, though the loop waits on the
+// volume (it reads only atomics and the peers' answers; fresh only moves
+// forward).
 func (r *Runtime) updateFresh(now time.Time) {
 	var at time.Time
+	el := r.elected.Load()
 	switch {
 	case r.peers == nil:
 		at = r.reportedAt
+	case el == nil:
 	case r.leader.Load():
 		if r.othersAlive() == 0 {
 			at = now // alone: the lease is the only judge
 			break
 		}
 		for _, a := range r.peers.lastAcks() {
-			if a.ack.KnownEpoch <= r.election.Epoch && a.sentAt.After(at) {
+			if a.ack.KnownEpoch <= el.Epoch && a.sentAt.After(at) {
 				at = a.sentAt
 			}
 		}
 	default:
-		a, ok := r.peers.lastAcks()[r.election.Holder]
+		a, ok := r.peers.lastAcks()[el.Holder]
 		cur := r.current.Load()
 		if ok && a.ack.Leader && cur != nil && a.ack.AppliedVersion > 0 &&
 			!(&Assignment{ControllerEpoch: a.ack.AppliedEpoch, AssignmentVersion: a.ack.AppliedVersion}).Newer(cur) {
 			at = a.sentAt
 		}
 	}
-	if !at.IsZero() {
-		r.fresh.Store(&at)
+	if at.IsZero() {
+		return
+	}
+	for {
+		old := r.fresh.Load()
+		if old != nil && !at.After(*old) {
+			return
+		}
+		if r.fresh.CompareAndSwap(old, &at) {
+			return
+		}
 	}
 }
 
@@ -636,8 +653,9 @@ func (r *Runtime) send(rep Report, now time.Time) {
 // seconds (docs/volume.md, "Stalls"), which alone must not make this broker
 // dead or its controller role lapse. It speaks for the loop only while the
 // loop finished a step within StallLimit: a broker stuck on its volume for
-// longer goes silent and is declared dead. A paused (tests' frozen) broker
-// sends nothing. Runs until ctx ends.
+// longer goes silent and is declared dead. Within that limit it also keeps
+// Fresh up to date from the peers' answers (updateFresh). A paused (tests'
+// frozen) broker does neither. Runs until ctx ends.
 func (r *Runtime) heartbeat(ctx context.Context) {
 	defer close(r.beat)
 	t := time.NewTicker(max(r.cfg.ReportInterval/4, 10*time.Millisecond))
@@ -651,9 +669,6 @@ func (r *Runtime) heartbeat(ctx context.Context) {
 			if r.paused.Load() {
 				continue
 			}
-			if last := r.sentAt.Load(); last != nil && now.Sub(*last) < r.cfg.ReportInterval {
-				continue
-			}
 			if wait := now.Sub(*r.progress.Load()); wait > r.cfg.StallLimit {
 				if !stalled {
 					r.log.Error("cluster loop waiting on the volume for longer than the stall limit; no longer reporting alive",
@@ -665,6 +680,10 @@ func (r *Runtime) heartbeat(ctx context.Context) {
 			if stalled {
 				r.log.Info("cluster loop running again; reporting alive")
 				stalled = false
+			}
+			r.updateFresh(now)
+			if last := r.sentAt.Load(); last != nil && now.Sub(*last) < r.cfg.ReportInterval {
+				continue
 			}
 			r.repMu.Lock()
 			if r.lastRep == nil {

@@ -1,7 +1,9 @@
 package conformance
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -237,15 +239,68 @@ type run struct {
 	failover time.Duration
 	notes    []string
 	began    time.Time
+	killed   map[int32]bool   // brokers this run killed -9
+	stalls   *proctest.Stalls // the stalling volume's server, or nil
 }
 
 var nameRE = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
 
-func newRun(t *testing.T, drv driver, scenario string) *run {
-	dir := filepath.Join(out(), nameRE.ReplaceAllString(drv.name+"-"+scenario, "_"))
+// volume is where a run's brokers keep their data.
+type volume int
+
+const (
+	// localFolder: one temp folder for all three (the default), or, with
+	// KAAS_CONFORMANCE_VOLUME=DIR%d, DIR0, DIR1, DIR2: three paths to one
+	// shared folder, one per broker (each a mount of a network file
+	// system: scripts/cephfs.sh mounts /tmp/ceph/mnt0..2).
+	localFolder volume = iota
+	// stallingVolume: three mounts of one folder whose calls stall until a
+	// 5 s tick when they conflict with another broker's use of the same
+	// folder (proctest.StallingVolume).
+	stallingVolume
+)
+
+// stallTick is the stalling volume's tick: CephFS's default
+// mds_tick_interval, the longest stalls measured (docs/volume.md).
+const stallTick = 5 * time.Second
+
+// volumeOptions gives the brokers of one run their data dirs.
+func volumeOptions(t *testing.T, v volume, name string) (proctest.Options, *proctest.Stalls) {
+	switch v {
+	case stallingVolume:
+		dirs, stalls := proctest.StallingVolume(t, 3, stallTick)
+		return proctest.Options{DataDirs: dirs}, stalls
+	}
+	pattern := os.Getenv("KAAS_CONFORMANCE_VOLUME")
+	if pattern == "" {
+		return proctest.Options{}, nil
+	}
+	if !strings.Contains(pattern, "%d") {
+		t.Fatalf("KAAS_CONFORMANCE_VOLUME=%q: want a path with %%d for the broker (0, 1, 2)", pattern)
+	}
+	sub := fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
+	var dirs []string
+	for i := range 3 {
+		dirs = append(dirs, filepath.Join(fmt.Sprintf(pattern, i), sub))
+	}
+	if err := os.MkdirAll(dirs[0], 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return proctest.Options{DataDirs: dirs}, nil
+}
+
+func newRun(t *testing.T, drv driver, scenario string, v volume) *run {
+	name := nameRE.ReplaceAllString(drv.name+"-"+scenario, "_")
+	if v == stallingVolume {
+		name += "-stalling"
+	}
+	dir := filepath.Join(out(), name)
 	_ = os.RemoveAll(dir)
-	c := proctest.Start(t, proctest.Options{Brokers: 3, LogDir: filepath.Join(dir, "brokers")})
+	opts, stalls := volumeOptions(t, v, name)
+	opts.Brokers, opts.LogDir = 3, filepath.Join(dir, "brokers")
+	c := proctest.Start(t, opts)
 	r := &run{t: t, drv: drv, c: c, group: "g-" + nameRE.ReplaceAllString(drv.name, "_"), dir: dir,
+		killed: map[int32]bool{}, stalls: stalls,
 		began: time.Now(), got: newConsumed(), members: map[int]member{}, committed: map[int32]int64{},
 		sampleStop: make(chan struct{}), sampleDone: make(chan struct{})}
 	r.cl = c.Client()
@@ -616,32 +671,120 @@ func TestConformance(t *testing.T) {
 				if !long() && !contains(sc.quick, drv.name) {
 					continue
 				}
-				t.Run(drv.name, func(t *testing.T) {
-					start := time.Now()
-					res := result{client: drv.name, scenario: sc.name}
-					var r *run
-					defer func() {
-						res.took = time.Since(start)
-						switch {
-						case t.Skipped():
-							res.status = "skipped"
-						case t.Failed():
-							res.status = "FAILED"
-						default:
-							res.status = "passed"
-						}
-						if r != nil {
-							res.failover = r.failover
-							res.note = strings.Join(r.notes, "; ")
-						}
-						record(res)
-					}()
-					drv.need(t)
-					r = newRun(t, drv, sc.name)
-					sc.run(r)
-				})
+				t.Run(drv.name, func(t *testing.T) { runPair(t, sc, drv, localFolder) })
 			}
 		})
+	}
+}
+
+// onStallingVolume is what TestConformanceOnAStallingVolume runs: scenario
+// → clients, in quick and long mode.
+var onStallingVolume = map[string][]string{
+	"membership":        {"franz-go-cooperative"},
+	"coordinator-kill9": {"franz-go-range"},
+}
+
+// TestConformanceOnAStallingVolume runs scenarios with each broker on its
+// own mount of a volume whose calls stall up to 5 s, as CephFS's do
+// (proctest.StallingVolume): the same checks, and besides them no broker
+// declared dead that the run did not kill and no election beyond the
+// first and one per broker killed.
+func TestConformanceOnAStallingVolume(t *testing.T) {
+	for _, sc := range scenarios {
+		clients := onStallingVolume[sc.name]
+		if len(clients) == 0 {
+			continue
+		}
+		t.Run(sc.name, func(t *testing.T) {
+			for _, drv := range drivers {
+				if contains(clients, drv.name) {
+					t.Run(drv.name, func(t *testing.T) { runPair(t, sc, drv, stallingVolume) })
+				}
+			}
+		})
+	}
+}
+
+// runPair runs one client × scenario on a fresh cluster and records it.
+func runPair(t *testing.T, sc scenario, drv driver, v volume) {
+	start := time.Now()
+	res := result{client: drv.name, scenario: sc.name}
+	if v == stallingVolume {
+		res.scenario += " (stalling volume)"
+	}
+	var r *run
+	defer func() {
+		res.took = time.Since(start)
+		switch {
+		case t.Skipped():
+			res.status = "skipped"
+		case t.Failed():
+			res.status = "FAILED"
+		default:
+			res.status = "passed"
+		}
+		if r != nil {
+			res.failover = r.failover
+			res.note = strings.Join(r.notes, "; ")
+		}
+		record(res)
+	}()
+	drv.need(t)
+	r = newRun(t, drv, sc.name, v)
+	sc.run(r)
+	if v == stallingVolume {
+		r.checkLiveness()
+	}
+}
+
+// checkLiveness reads the brokers' logs: a broker declared dead must have
+// been killed by the run, and there is one election, plus at most one per
+// broker killed. Notes the counts and what the volume held.
+func (r *run) checkLiveness() {
+	dead := map[string]int{}
+	elections := 0
+	for _, b := range r.c.Brokers {
+		f, err := os.Open(b.LogPath)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var line struct {
+				Msg    string `json:"msg"`
+				Broker string `json:"broker"`
+				Health string `json:"health"`
+			}
+			if json.Unmarshal(sc.Bytes(), &line) != nil {
+				continue
+			}
+			switch {
+			case line.Msg == "elected controller":
+				elections++
+			case line.Msg == "broker health" && line.Health == "dead":
+				dead[line.Broker]++
+			}
+		}
+		f.Close()
+	}
+	var falseDeaths []string
+	for id, n := range dead {
+		var node int32
+		if _, err := fmt.Sscanf(id, "kaas-%d", &node); err != nil || !r.killed[node] {
+			falseDeaths = append(falseDeaths, fmt.Sprintf("%s (%d log lines)", id, n))
+		}
+	}
+	sort.Strings(falseDeaths)
+	r.note("%d elections, brokers logged dead %v; %s", elections, dead, r.stalls)
+	if len(falseDeaths) > 0 {
+		r.t.Errorf("brokers declared dead that the run did not kill: %v", falseDeaths)
+	}
+	if elections > 1+len(r.killed) {
+		r.t.Errorf("%d controller elections, want at most %d (one, and one per broker killed)", elections, 1+len(r.killed))
+	}
+	if r.stalls.Held() == 0 {
+		r.t.Errorf("the volume held no call: the run did not test stalls (%s)", r.stalls)
 	}
 }
 
@@ -765,6 +908,7 @@ func (r *run) killAndRestart(id int32, what string) time.Duration {
 	b := r.c.Broker(id)
 	from := r.prod.Ledger.Ends()
 	at := time.Now()
+	r.killed[id] = true
 	if err := b.Kill(); err != nil {
 		r.t.Fatal(err)
 	}

@@ -74,6 +74,16 @@
 // point, so no kernel or go-fuse state survives the cut either. Kill the
 // processes using the mount first (a power cut stops them too).
 //
+// # Several mounts of one disk
+//
+// Several FS may serve one backing directory at different mount points,
+// one per process, as the clients of a network file system: a write is
+// seen through another mount once it is fsynced (until then it is only in
+// the writing mount's overlay), namespace operations at once. Mount them
+// all before any is used (each Mount clears the shared graveyard), never
+// Cut one, and use MetadataImmediate. Options.Hold then models a server
+// that holds one client's request while it conflicts with another's.
+//
 // # Concurrency
 //
 // FUSE requests run on go-fuse's goroutines. FS.ns serialises namespace

@@ -73,6 +73,7 @@ func parent(p string) string {
 // Not safe for concurrent use: FS.ns guards it.
 type journal struct {
 	root    string // the backing directory
+	mount   string // names graves with seq: random, one per Mount
 	seq     uint64 // names graves
 	pending []entry
 	// deleted is called with the inode of every grave deleted for good.
@@ -81,10 +82,11 @@ type journal struct {
 
 func (j *journal) abs(p string) string { return filepath.Join(j.root, filepath.FromSlash(p)) }
 
-// graveName returns a fresh grave path (relative).
+// graveName returns a fresh grave path (relative), unique to this mount
+// (several mounts may share one backing directory and its graveyard).
 func (j *journal) graveName() string {
 	j.seq++
-	return graveDir + "/" + strconv.FormatUint(j.seq, 10)
+	return graveDir + "/" + j.mount + "-" + strconv.FormatUint(j.seq, 10)
 }
 
 // commitDir makes durable every pending operation up to and including the

@@ -55,6 +55,13 @@ func (n *node) child(name string) (rel, abs string) {
 	return rel, filepath.Join(n.fs.backing, filepath.FromSlash(rel))
 }
 
+// hold calls Options.Hold, when set.
+func (f *FS) hold(op string, paths ...string) {
+	if f.opts.Hold != nil {
+		f.opts.Hold(op, paths...)
+	}
+}
+
 // hidden reports whether name in n is the graveyard, which the mount never shows.
 func (n *node) hidden(name string) bool { return n.IsRoot() && name == graveDir }
 
@@ -88,6 +95,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		return nil, syscall.ENOENT
 	}
 	_, p := n.child(name)
+	n.fs.hold("lookup", path.Join(n.rel(), name))
 	var st syscall.Stat_t
 	if err := syscall.Lstat(p, &st); err != nil {
 		return nil, errno(err)
@@ -207,6 +215,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		return nil, nil, 0, syscall.EPERM
 	}
 	rel, p := n.child(name)
+	n.fs.hold("create", rel)
 	if e := n.fs.faults.check(OpCreate, rel); e != 0 {
 		return nil, nil, 0, e
 	}
@@ -248,6 +257,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		return nil, syscall.EPERM
 	}
 	rel, p := n.child(name)
+	n.fs.hold("mkdir", rel)
 	if e := n.fs.faults.check(OpCreate, rel); e != 0 {
 		return nil, e
 	}
@@ -275,6 +285,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		return nil, syscall.EPERM
 	}
 	rel, p := n.child(name)
+	n.fs.hold("link", t.rel(), rel)
 	if e := n.fs.faults.check(OpCreate, rel); e != 0 {
 		return nil, e
 	}
@@ -308,6 +319,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		return syscall.EPERM
 	}
 	rel, p := n.child(name)
+	n.fs.hold("unlink", rel)
 	n.fs.ns.Lock()
 	defer n.fs.ns.Unlock()
 	var st syscall.Stat_t
@@ -349,6 +361,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 		return syscall.EPERM
 	}
 	rel, p := n.child(name)
+	n.fs.hold("rmdir", rel)
 	n.fs.ns.Lock()
 	defer n.fs.ns.Unlock()
 	var st syscall.Stat_t
@@ -385,6 +398,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 	src, srcAbs := n.child(name)
 	dst, dstAbs := np.child(newName)
+	n.fs.hold("rename", src, dst)
 	if e := n.fs.faults.check(OpRename, src, dst); e != 0 {
 		return e
 	}
@@ -450,6 +464,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 }
 
 func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	n.fs.hold("readdir", n.rel())
 	ds, e := fs.NewLoopbackDirStream(n.abs())
 	if e != 0 || !n.IsRoot() {
 		return ds, e
@@ -497,6 +512,7 @@ func (h *hideGraves) Next() (fuse.DirEntry, syscall.Errno) {
 func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
 	rel := n.rel()
 	if n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		n.fs.hold("fsyncdir", rel)
 		if e := n.fs.faults.check(OpFsync, rel); e != 0 {
 			return e
 		}

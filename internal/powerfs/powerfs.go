@@ -1,6 +1,8 @@
 package powerfs
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -63,6 +65,16 @@ type Options struct {
 	MountTimeout time.Duration
 	// Logger receives one line per mount, cut and unmount; default: none.
 	Logger *slog.Logger
+	// Hold, when set, is called at the start of every namespace operation
+	// (lookup, readdir, create, mkdir, link, unlink, rmdir, rename) and
+	// every directory fsync, before any lock is taken, with the operation's
+	// name and the paths it touches (relative to the mount root,
+	// "/"-separated). It may block: so a test models a network file system
+	// whose server holds a request that conflicts with another client's
+	// cached state (CephFS's MDS holds it until its next tick). Several
+	// mounts of one backing directory, one per process, model one client
+	// per process. File reads, writes and fsyncs are never held.
+	Hold func(op string, paths ...string)
 }
 
 // Loss is what a cut drops (or, from Pending, would drop now).
@@ -147,7 +159,9 @@ func Mount(backingDir, mountpoint string, o Options) (*FS, error) {
 		backing: back, mnt: mnt, opts: o, log: o.Logger, rootIno: st.Ino,
 		files: map[uint64]*fileState{}, handles: map[*handle]struct{}{}, open: map[uint64]int{},
 	}
-	f.jr = journal{root: back, deleted: f.inodeDeleted}
+	var id [4]byte
+	_, _ = rand.Read(id[:])
+	f.jr = journal{root: back, mount: hex.EncodeToString(id[:]), deleted: f.inodeDeleted}
 	if err := f.mount(); err != nil {
 		return nil, err
 	}

@@ -8,8 +8,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // mountT mounts a fresh backing dir, or skips the test when FUSE cannot be
@@ -444,5 +448,79 @@ func TestConcurrentWritersRenamesAndSyncs(t *testing.T) {
 	cut(t, fsys)
 	for w := range workers {
 		wantFile(t, names[w], models[w])
+	}
+}
+
+// TestTwoMountsOfOneDisk: two mounts of one backing dir are two clients.
+// A name made through one is seen through the other at once, data only
+// once fsynced; Hold sees every namespace call with its paths and can
+// hold it.
+func TestTwoMountsOfOneDisk(t *testing.T) {
+	disk := t.TempDir()
+	var mu sync.Mutex
+	calls := map[string][]string{}
+	mount := func(name string, hold time.Duration) string {
+		mnt := filepath.Join(t.TempDir(), name)
+		if err := os.Mkdir(mnt, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		fsys, err := Mount(disk, mnt, Options{Metadata: MetadataImmediate, Hold: func(op string, paths ...string) {
+			mu.Lock()
+			calls[name] = append(calls[name], op+" "+strings.Join(paths, ","))
+			mu.Unlock()
+			if op == "rename" {
+				time.Sleep(hold)
+			}
+		}})
+		if errors.Is(err, ErrUnavailable) {
+			t.Skipf("skipping: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := fsys.Close(); err != nil {
+				t.Errorf("close %s: %v", name, err)
+			}
+		})
+		return mnt
+	}
+	a, b := mount("a", 300*time.Millisecond), mount("b", 0)
+
+	f, err := os.OpenFile(filepath.Join(a, "log"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write([]byte("synced")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(b, "log")); err != nil || len(got) != 0 {
+		t.Fatalf("b reads %q, %v before a's fsync; want the empty file", got, err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(b, "log")); err != nil || string(got) != "synced" {
+		t.Fatalf("b reads %q, %v after a's fsync", got, err)
+	}
+
+	if err := os.WriteFile(filepath.Join(a, "tmp"), []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	if err := os.Rename(filepath.Join(a, "tmp"), filepath.Join(a, "file")); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(began); took < 300*time.Millisecond {
+		t.Errorf("rename through a took %v; Hold holds it 300ms", took)
+	}
+	if _, err := os.Stat(filepath.Join(b, "file")); err != nil {
+		t.Fatalf("b does not see a's rename: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Contains(calls["a"], "rename tmp,file") || !slices.Contains(calls["b"], "lookup file") {
+		t.Errorf("Hold saw a %v, b %v", calls["a"], calls["b"])
 	}
 }

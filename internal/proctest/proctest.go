@@ -5,8 +5,10 @@
 // It builds the kaas binary once per test process (Binary), allocates
 // listener ports on 127.0.0.1, writes each broker's log to a file, and
 // registers a t.Cleanup that always kills every child process group. It
-// imports no kaas package: it drives the binary only through its command
-// line, signals and the Kafka protocol.
+// imports no kaas package but the test helpers (testutil, powerfs): it
+// drives the binary only through its command line, signals and the Kafka
+// protocol. StallingVolume gives each broker its own mount of a volume
+// whose calls stall as a network file system's do.
 package proctest
 
 import (
@@ -115,8 +117,13 @@ type Options struct {
 	ReadyTimeout   time.Duration // how long Start waits for "serving clients"; default 45s
 	LogDir         string        // where broker-<id>.log go; default t.TempDir()
 	DataDir        string        // the shared folder (it must exist); default t.TempDir()
-	Args           []string      // extra flags for every broker
-	Env            []string      // extra KEY=value environment for every broker
+	// DataDirs, when set, gives each broker its own path to the shared
+	// folder (DataDirs[i] for broker i): one mount per broker of a network
+	// file system, each its own client. DataDir is then the path the test
+	// itself reads (default DataDirs[0]).
+	DataDirs []string
+	Args     []string // extra flags for every broker
+	Env      []string // extra KEY=value environment for every broker
 }
 
 // Cluster is N kaas broker processes over one data dir.
@@ -180,7 +187,14 @@ func New(t testing.TB, opts Options) *Cluster {
 		t.Fatal(err)
 	}
 	dataDir := opts.DataDir
-	if dataDir == "" {
+	if len(opts.DataDirs) > 0 && len(opts.DataDirs) != opts.Brokers {
+		t.Fatalf("proctest: %d data dirs for %d brokers", len(opts.DataDirs), opts.Brokers)
+	}
+	switch {
+	case dataDir != "":
+	case len(opts.DataDirs) > 0:
+		dataDir = opts.DataDirs[0]
+	default:
 		dataDir = t.TempDir()
 	}
 	c := &Cluster{t: t, Bin: Binary(t), DataDir: dataDir, LogDir: opts.LogDir, Opts: opts}
@@ -304,7 +318,11 @@ func (b *Broker) Start() error {
 		return fmt.Errorf("proctest: broker %d already running", b.ID)
 	}
 	o := b.c.Opts
-	args := []string{"broker", "--id", strconv.Itoa(int(b.ID)), "--data-dir", b.c.DataDir,
+	dir := b.c.DataDir
+	if len(o.DataDirs) > 0 {
+		dir = o.DataDirs[b.ID]
+	}
+	args := []string{"broker", "--id", strconv.Itoa(int(b.ID)), "--data-dir", dir,
 		"--listen", b.Addr, "--dead-after", o.DeadAfter.String(),
 		"--report-interval", o.ReportInterval.String(), "--log-format", "json"}
 	args = append(args, o.Args...)
