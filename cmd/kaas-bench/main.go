@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,6 +34,7 @@ func run(args []string) error {
 	fs := cliflag.New("kaas-bench")
 	var (
 		goals, concurrency, out, dataDir string
+		compareDir                       string
 		cpuProfile                       string
 		duration                         time.Duration
 		noTmpfs                          bool
@@ -43,6 +45,7 @@ func run(args []string) error {
 	fs.StringVar(&concurrency, "concurrency", "1,8,64", "comma-separated producer counts")
 	fs.StringVar(&out, "out", "docs/bench", "directory for REPORT.md and bench.png (empty: none)")
 	fs.StringVar(&dataDir, "data-dir", "", "a directory on the volume under test (default: the system temp dir)")
+	fs.StringVar(&compareDir, "compare-data-dir", "", "a directory on a second volume: the goals bound to the data dir ("+strings.Join(bench.VolumeGoals, ",")+") run there too, reported beside")
 	fs.BoolVar(&noTmpfs, "no-tmpfs", false, "skip the kaas-on-tmpfs target")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	logFlags.Register(fs)
@@ -84,14 +87,41 @@ func run(args []string) error {
 	if err := rep.WriteTable(os.Stdout); err != nil {
 		return err
 	}
+	if compareDir != "" {
+		second := cfg
+		second.DataDir, second.NoTmpfs, second.Goals = compareDir, true, nil
+		for _, g := range bench.VolumeGoals {
+			if len(cfg.Goals) == 0 || slices.Contains(cfg.Goals, g) {
+				second.Goals = append(second.Goals, g)
+			}
+		}
+		if len(second.Goals) == 0 {
+			return fmt.Errorf("--compare-data-dir: none of %s among --goals", strings.Join(bench.VolumeGoals, ","))
+		}
+		log.Info("bench: the volume goals on the second data dir", "dir", compareDir, "goals", second.Goals)
+		if rep.Beside, err = bench.Run(ctx, second); err != nil {
+			return err
+		}
+		fmt.Printf("\non %s:\n", compareDir)
+		if err := rep.Beside.WriteTable(os.Stdout); err != nil {
+			return err
+		}
+	}
 	if out != "" {
 		if err := rep.WriteFiles(out); err != nil {
 			return err
 		}
 		fmt.Printf("report: %s/REPORT.md, chart: %s/bench.png\n", out, out)
 	}
-	if len(rep.Errors) > 0 {
-		return fmt.Errorf("bench: %d goal(s) failed", len(rep.Errors))
+	if n := len(rep.Errors) + len(besideErrors(rep)); n > 0 {
+		return fmt.Errorf("bench: %d goal(s) failed", n)
 	}
 	return nil
+}
+
+func besideErrors(rep *bench.Report) []string {
+	if rep.Beside == nil {
+		return nil
+	}
+	return rep.Beside.Errors
 }

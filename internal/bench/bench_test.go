@@ -5,6 +5,7 @@ import (
 	"context"
 	"image/png"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -99,5 +100,46 @@ func TestVersionsPinnedToKaas(t *testing.T) {
 	v := Versions()
 	if got, _ := v.LookupMaxKeyVersion(0); got > 11 { // Produce
 		t.Errorf("produce pinned at %d, above what kaas advertises", got)
+	}
+}
+
+// TestReportShowsASecondVolumeBeside: rows of a second run on another
+// volume are matched to this run's by goal and what, with the ratio of the
+// two volumes; a row the first run lacks shows "–".
+func TestReportShowsASecondVolumeBeside(t *testing.T) {
+	rep := &Report{Machine: Machine{DataFS: "ext4"}, Rows: []Row{
+		AtMost("commit", "OffsetCommit p50, 1 partition, kaas durable vs L", "µs", 900, 641, RefL, 1.25, ""),
+	}}
+	rep.Beside = &Report{Machine: Machine{DataFS: "fuse.ceph-fuse"}, Rows: []Row{
+		AtMost("commit", "OffsetCommit p50, 1 partition, kaas durable vs L", "µs", 9000, 8000, RefL, 1.25, ""),
+		AtMost("commit", "only on the second volume", "µs", 10, 10, RefL, 1.25, ""),
+	}}
+	var b strings.Builder
+	rep.WriteMarkdown(&b, "bench.png")
+	md := b.String()
+	for _, want := range []string{
+		"| data dir | on ext4 |",
+		"## The same rows on a second volume",
+		"with the data dir on fuse.ceph-fuse",
+		"| 1 | commit | OffsetCommit p50, 1 partition, kaas durable vs L | 900 µs | 9000 µs | 10 | 8000 L | 1.12 | ≤ 1.25 | yes |",
+		"| 2 | commit | only on the second volume | – | 10 µs | – |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// TestFSTypeNamesTheMount: the temp dir's file system has a type in the
+// mount table on Linux.
+func TestFSTypeNamesTheMount(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the mount table is read on Linux only")
+	}
+	if typ := FSType(t.TempDir()); typ == "" {
+		t.Error("FSType of a temp dir is empty")
+	}
+	if got := unescapeMount(`/mnt/a\040b`); got != "/mnt/a b" {
+		t.Errorf("unescapeMount: %q", got)
 	}
 }

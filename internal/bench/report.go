@@ -86,11 +86,7 @@ func (r *Report) WriteMarkdown(w io.Writer, chart string) {
 	p("## Machine\n\n| | |\n|---|---|\n")
 	p("| date | %s |\n", m.Date.Format("2006-01-02 15:04 MST"))
 	p("| nproc | %d |\n| GOMAXPROCS | %d |\n| go | %s %s/%s |\n", m.NumCPU, m.GOMAXPROCS, m.GoVersion, m.OS, m.Arch)
-	fs := "a disk file system"
-	if m.DataTmpfs {
-		fs = "tmpfs (durable rows are not durable)"
-	}
-	p("| data dir | on %s |\n", fs)
+	p("| data dir | %s |\n", describeFS(m))
 	p("| kaas-tmpfs target | %v |\n", yesNo(m.TmpfsKaas))
 	p("| kfake | %s, 1 broker, in memory |\n", m.Kfake)
 	p("| duration per measurement | %s |\n| concurrency | %s |\n", m.Duration, joinInts(m.Concurr))
@@ -109,6 +105,9 @@ func (r *Report) WriteMarkdown(w io.Writer, chart string) {
 		for _, e := range r.Errors {
 			p("- %s\n", mdEscape(e))
 		}
+	}
+	if r.Beside != nil {
+		r.writeBeside(w)
 	}
 	p("\n## Chart\n\n![ratios](%s)\n\n", chart)
 	p("One bar per row above, numbered as in the table: its length is the ratio ")
@@ -130,6 +129,53 @@ func (r *Report) WriteMarkdown(w io.Writer, chart string) {
 	p("- Reading does not fsync, so fetch compares both kaas targets with kfake.\n")
 	p("- One load generator (franz-go kgo, the same options) drives every target, pinned to ")
 	p("the protocol versions kaas advertises so that both peers see the same requests.\n")
+}
+
+// describeFS says what the data dir is on.
+func describeFS(m Machine) string {
+	switch {
+	case m.DataTmpfs:
+		return "on tmpfs (durable rows are not durable)"
+	case m.DataFS != "":
+		return "on " + m.DataFS
+	}
+	return "on a disk file system"
+}
+
+// writeBeside writes the second volume's rows next to this run's, matched
+// by goal and what.
+func (r *Report) writeBeside(w io.Writer) {
+	b := r.Beside
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	here, there := describeFS(r.Machine), describeFS(b.Machine)
+	p("\n## The same rows on a second volume\n\n")
+	p("`kaas-bench --compare-data-dir` ran the goals bound to the data dir (%s) again, ", strings.Join(VolumeGoals, ", "))
+	p("right after the run above, in the same process, with the data dir %s ", there)
+	p("(this run's: %s); %s. Each volume's ratio is against its own references ", here, b.Took.Round(100_000_000))
+	p("(its L measured on that volume in its own run), so *met* says whether kaas keeps ")
+	p("up with that volume's raw limits; *there / here* compares the volumes.\n\n")
+	p("| # | goal | what | here | there | there / here | there: reference | there: ratio | target | met there |\n")
+	p("|---|---|---|---|---|---|---|---|---|---|\n")
+	mine := map[string]Row{}
+	for _, row := range r.Rows {
+		mine[row.Goal+"\x00"+row.What] = row
+	}
+	for i, row := range b.Rows {
+		h, ok := mine[row.Goal+"\x00"+row.What]
+		hv, rel := "–", "–"
+		if ok {
+			hv = num(h.Ours) + " " + h.Unit
+			rel = num(ratio(row.Ours, h.Ours))
+		}
+		p("| %d | %s | %s | %s | %s %s | %s | %s %s | %s | %s | %s |\n", i+1, row.Goal, mdEscape(row.What),
+			hv, num(row.Ours), row.Unit, rel, num(row.Reference), row.RefName, num(row.Ratio), row.Target, met(row))
+	}
+	if len(b.Errors) > 0 {
+		p("\nErrors on the second volume:\n\n")
+		for _, e := range b.Errors {
+			p("- %s\n", mdEscape(e))
+		}
+	}
 }
 
 func yesNo(b bool) string {

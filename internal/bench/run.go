@@ -34,6 +34,7 @@ type Machine struct {
 	Date       time.Time
 	DataDir    string
 	DataTmpfs  bool
+	DataFS     string // the data dir's file system type (FSType), "" unknown
 	TmpfsKaas  bool   // the kaas-tmpfs target ran
 	Kfake      string // kfake's module version
 	Duration   time.Duration
@@ -47,7 +48,15 @@ type Report struct {
 	Rows    []Row
 	Errors  []string // one per goal that failed; the other goals still ran
 	Took    time.Duration
+	// Beside is a second run, of the goals bound to the data dir, on
+	// another volume (kaas-bench --compare-data-dir): its rows are reported
+	// next to this run's.
+	Beside *Report
 }
+
+// VolumeGoals are the goals whose figures depend on the data dir's volume:
+// the raw limits, durable produce and durable commit.
+var VolumeGoals = []string{"limits", "produce", "commit"}
 
 // Run runs the selected goals in one process against one set of targets.
 // A goal that fails is reported in Report.Errors; Run fails only when the
@@ -89,7 +98,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep := &Report{Goals: goals, Machine: Machine{
 		NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(),
 		OS: runtime.GOOS, Arch: runtime.GOARCH, Date: start.UTC(),
-		DataDir: dir, DataTmpfs: IsTmpfs(dir), TmpfsKaas: env.KaasMem != nil,
+		DataDir: dir, DataTmpfs: IsTmpfs(dir), DataFS: FSType(dir), TmpfsKaas: env.KaasMem != nil,
 		Kfake:    moduleVersion("github.com/twmb/franz-go/pkg/kfake"),
 		Duration: env.Duration, Concurr: env.Concurrency,
 	}}
