@@ -89,8 +89,14 @@ type Coordinator struct {
 	recent    []*Table
 	unsettled atomic.Bool
 
+	// bg counts the goroutines that deliver answers held behind membership
+	// writes; Close waits for them.
+	bg sync.WaitGroup
+
 	// beforeWrite, in tests, runs after a request's ownership check and
-	// before its write or read reaches the store.
+	// before its write or read reaches the store ("membership": with the
+	// group's shell locked, before a membership write is queued; "load":
+	// before a group's durable state is read).
 	beforeWrite func(op, group string)
 }
 
@@ -102,6 +108,7 @@ type shell struct {
 	lastCommit time.Time
 	emptySince time.Time
 	gone       bool // unloaded: a caller holding this shell must look again
+	loaded     bool // the durable state was read from the group's file (lockLoaded)
 	member     *membership
 	info       offsets.Retention // the retention data last queued for the file
 	infoSet    bool
@@ -127,6 +134,7 @@ func OpenStandalone(dataDir string, cfg Config) (*Coordinator, error) {
 // Close closes the offsets store when this coordinator opened it
 // (OpenStandalone); a store given in Config is its giver's to close.
 func (c *Coordinator) Close() error {
+	c.bg.Wait()
 	if !c.ownStore {
 		return nil
 	}
@@ -412,8 +420,11 @@ func (c *Coordinator) DeleteOffsets(ctx context.Context, group string, tps []off
 	}
 	subscribed := map[string]bool{}
 	hasMembers := false
-	if s := c.resident(group); s != nil {
-		s.mu.Lock()
+	if exists || c.resident(group) != nil {
+		s, err := c.lockLoaded(group)
+		if err != nil {
+			return nil, err
+		}
 		if s.member != nil && !s.member.empty() {
 			hasMembers = true
 			for _, t := range s.member.subscribedTopics() {
@@ -449,14 +460,24 @@ func (c *Coordinator) DeleteGroup(ctx context.Context, group string) error {
 	if err := c.check(group); err != nil {
 		return err
 	}
-	s := c.resident(group)
-	if s != nil {
-		s.mu.Lock()
-		nonEmpty := s.member != nil && !s.member.empty()
-		s.mu.Unlock()
+	// A group with members only in its file (moved here, not touched yet)
+	// is loaded first: it is not Empty.
+	exists, err := c.store.Exists(group)
+	if err != nil {
+		return storeErr(group, err)
+	}
+	var s *shell
+	if exists || c.resident(group) != nil {
+		ls, err := c.lockLoaded(group)
+		if err != nil {
+			return err
+		}
+		nonEmpty := ls.member != nil && !ls.member.empty()
+		ls.mu.Unlock()
 		if nonEmpty {
 			return ErrNonEmptyGroup
 		}
+		s = ls
 	}
 	c.hook("delete-group", group)
 	existed, err := c.store.DeleteGroup(ctx, group, c.owner(group))
@@ -684,15 +705,23 @@ func (c *Coordinator) ExpireOffsets(ctx context.Context) {
 		if !c.own.OwnsGroup(g) {
 			continue
 		}
-		members := false
-		if s := c.resident(g); s != nil {
-			s.mu.Lock()
-			members = s.member != nil && !s.member.empty()
-			s.mu.Unlock()
+		// The group's durable membership is loaded as on any first touch:
+		// members written by a previous owner count, and their sessions
+		// start now; if they do not come back the group becomes Empty
+		// (written with its emptySince) and a later pass expires it.
+		s, err := c.lockLoaded(g)
+		if err != nil {
+			if !errors.Is(err, ErrNotCoordinator) && !errors.Is(err, ErrLoadInProgress) {
+				c.log.Warn("offsets retention: loading the group failed", "group", g, "err", err)
+			}
+			continue
 		}
+		members := s.member != nil && !s.member.empty()
+		s.mu.Unlock()
 		n, err := c.store.Expire(ctx, g, c.owner(g), now, c.cfg.Retention.Milliseconds(), members)
-		if !resident[g] {
+		if !resident[g] && !members {
 			c.store.Evict(g)
+			c.drop(s)
 		}
 		if err != nil {
 			if !errors.Is(err, ErrNotCoordinator) && !errors.Is(err, ErrLoadInProgress) && !errors.Is(err, offsets.ErrFenced) {
@@ -772,6 +801,18 @@ func (c *Coordinator) EndTxnOffsets(ctx context.Context, groupID string, pid int
 		c.log.Info("transactional offsets ended", "group", groupID, "producer_id", pid, "commit", commit)
 	}
 	return nil
+}
+
+// drop forgets a resident shell that holds nothing worth keeping.
+func (c *Coordinator) drop(s *shell) {
+	c.mu.Lock()
+	if c.groups[s.id] == s {
+		delete(c.groups, s.id)
+	}
+	c.mu.Unlock()
+	s.mu.Lock()
+	s.unload()
+	s.mu.Unlock()
 }
 
 // EvictIdle forgets groups that have had no members and no commits for

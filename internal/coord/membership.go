@@ -2,6 +2,7 @@ package coord
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"time"
@@ -19,6 +20,12 @@ type membership struct {
 	s      *shell
 	core   *group.Group
 	timers map[group.TimerKey]armed
+	// barrier is closed once the last membership write queued by this
+	// shell is durable and the answers held behind it are delivered; nil
+	// when none is in flight. JoinGroup, SyncGroup and LeaveGroup answers
+	// produced meanwhile wait behind it, so that no answer leaves before a
+	// membership write that an earlier input asked for.
+	barrier chan struct{}
 }
 
 // armed is a timer the shell started for a slot, with the core's sequence.
@@ -34,12 +41,123 @@ func (m *membership) protocolType() string       { return m.core.ProtocolType() 
 func (m *membership) subscribedTopics() []string { t, _ := m.core.Topics(); return t }
 
 // ensureMembership creates the state machine on first use. Called with
-// s.mu held.
+// s.mu held, after the group's durable state was loaded (lockLoaded).
 func (c *Coordinator) ensureMembership(s *shell) *membership {
 	if s.member == nil {
-		s.member = &membership{c: c, s: s, core: group.New(s.id, c.cfg.Group), timers: map[group.TimerKey]armed{}}
+		s.member = c.newMembership(s)
 	}
 	return s.member
+}
+
+func (c *Coordinator) newMembership(s *shell) *membership {
+	return &membership{c: c, s: s, core: group.New(s.id, c.cfg.Group), timers: map[group.TimerKey]armed{}}
+}
+
+// lockLoaded returns the shell of a group this broker coordinates, locked,
+// with the group's durable state loaded on first touch: a group that moved
+// here, or that was evicted from memory, continues the generation its file
+// records. The file is read without the shell's lock (the store's writer
+// holds the store's lock while it asks the coordinator for ownership); the
+// first caller to lock the shell afterwards restores what it read.
+func (c *Coordinator) lockLoaded(groupID string) (*shell, error) {
+	s, err := c.shellFor(groupID)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.gone {
+		s.mu.Unlock()
+		return nil, ErrNotCoordinator
+	}
+	if s.loaded {
+		return s, nil
+	}
+	s.mu.Unlock()
+	c.hook("load", groupID)
+	mem, info, err := c.store.GroupState(groupID, c.owner(groupID))
+	if err != nil {
+		return nil, storeErr(groupID, err)
+	}
+	s.mu.Lock()
+	if s.gone {
+		s.mu.Unlock()
+		return nil, ErrNotCoordinator
+	}
+	if !s.loaded {
+		c.restore(s, mem, info)
+	}
+	return s, nil
+}
+
+// restore installs the durable state read from the group's file. Called
+// with s.mu held, once per shell. A membership the state machine refuses
+// (a damaged file) is logged and ignored: the group starts Empty as it did
+// before membership was durable, and its offsets are untouched.
+func (c *Coordinator) restore(s *shell, mem *offsets.Membership, info offsets.Retention) {
+	s.loaded = true
+	if info.ProtocolType != "" {
+		s.info, s.infoSet = info, true
+		s.infoEmpty = info.EmptySince > 0
+	}
+	if info.EmptySince > 0 {
+		s.emptySince = time.UnixMilli(info.EmptySince)
+	}
+	if mem == nil {
+		return
+	}
+	m := c.newMembership(s)
+	out, err := m.core.Restore(c.cfg.Now(), snapshotOf(mem))
+	if err != nil {
+		c.log.Warn("group membership on the volume ignored", "group", s.id, "err", err)
+		return
+	}
+	s.member = m
+	s.infoGen, s.infoEmpty = m.core.Generation(), m.core.Empty()
+	if !m.core.Empty() {
+		s.emptySince = time.Time{}
+	}
+	m.apply(out)
+	c.log.Info("group membership loaded", "group", s.id, "gen", m.core.Generation(),
+		"members", m.core.Members(), "state", m.core.State().String())
+}
+
+// snapshotOf and membershipOf convert between the state machine's snapshot
+// and the file's membership section.
+func snapshotOf(mem *offsets.Membership) group.Snapshot {
+	snap := group.Snapshot{ProtocolType: mem.ProtocolType, Generation: mem.Generation, Leader: mem.Leader,
+		Rebalancing: mem.Rebalancing}
+	if mem.Protocol != nil {
+		snap.Protocol, snap.HasProtocol = *mem.Protocol, true
+	}
+	for _, mb := range mem.Members {
+		ms := group.MemberSnapshot{MemberID: mb.ID, InstanceID: mb.InstanceID, ClientID: mb.ClientID, ClientHost: mb.ClientHost,
+			SessionTimeout:   time.Duration(mb.SessionTimeoutMs) * time.Millisecond,
+			RebalanceTimeout: time.Duration(mb.RebalanceTimeoutMs) * time.Millisecond, Assignment: mb.Assignment}
+		for _, p := range mb.Protocols {
+			ms.Protocols = append(ms.Protocols, group.Protocol{Name: p.Name, Metadata: p.Metadata})
+		}
+		snap.Members = append(snap.Members, ms)
+	}
+	return snap
+}
+
+func membershipOf(snap group.Snapshot) *offsets.Membership {
+	mem := &offsets.Membership{ProtocolType: snap.ProtocolType, Generation: snap.Generation, Leader: snap.Leader,
+		Rebalancing: snap.Rebalancing}
+	if snap.HasProtocol {
+		p := snap.Protocol
+		mem.Protocol = &p
+	}
+	for _, ms := range snap.Members {
+		mb := offsets.Member{ID: ms.MemberID, InstanceID: ms.InstanceID, ClientID: ms.ClientID, ClientHost: ms.ClientHost,
+			SessionTimeoutMs: ms.SessionTimeout.Milliseconds(), RebalanceTimeoutMs: ms.RebalanceTimeout.Milliseconds(),
+			Assignment: ms.Assignment}
+		for _, p := range ms.Protocols {
+			mb.Protocols = append(mb.Protocols, offsets.MemberProtocol{Name: p.Name, Metadata: p.Metadata})
+		}
+		mem.Members = append(mem.Members, mb)
+	}
+	return mem
 }
 
 // admitCommit applies ownership and the group's generation rules to an
@@ -48,15 +166,11 @@ func (c *Coordinator) admitCommit(groupID string, in group.CommitCheck) error {
 	if err := c.check(groupID); err != nil {
 		return err
 	}
-	s, err := c.shellFor(groupID)
+	s, err := c.lockLoaded(groupID)
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.gone {
-		return ErrNotCoordinator
-	}
 	switch {
 	case s.member == nil && in.Generation >= 0 && !(in.Transactional && in.MemberID == ""):
 		// No membership here: a member's commit comes from a generation
@@ -94,18 +208,14 @@ func (s *shell) unload() {
 // apply performs an Output: responses, timers, log events. Called with
 // s.mu held; channel sends never block (each waiter's channel has room for
 // its one answer).
+//
+// When out.Persist is set the group's snapshot is queued for a durable
+// write (after the retention data, so the write covers both) and the
+// JoinGroup, SyncGroup and LeaveGroup answers of out are held until it is
+// durable; heartbeat answers never wait.
 func (m *membership) apply(out group.Output) {
-	for _, r := range out.Joins {
-		r.Ref.(chan group.JoinResult) <- r
-	}
-	for _, r := range out.Syncs {
-		r.Ref.(chan group.SyncResult) <- r
-	}
 	for _, r := range out.Heartbeats {
 		r.Ref.(chan group.HeartbeatResult) <- r
-	}
-	for _, r := range out.Leaves {
-		r.Ref.(chan group.LeaveResult) <- r
 	}
 	for _, k := range out.Cancel {
 		if a, ok := m.timers[k]; ok {
@@ -138,6 +248,105 @@ func (m *membership) apply(out group.Output) {
 		m.s.emptySince = time.Time{}
 	}
 	m.noteRetention()
+	switch {
+	case out.Persist:
+		m.c.hook("membership", m.s.id)
+		wait, err := m.c.store.SetMembership(m.s.id, m.c.owner(m.s.id), membershipOf(m.core.Snapshot()))
+		m.hold(out, wait, err)
+	case m.barrier != nil:
+		m.hold(out, nil, nil)
+	default:
+		deliver(out)
+	}
+}
+
+// deliver sends the JoinGroup, SyncGroup and LeaveGroup answers of out.
+// Channel sends never block (each waiter's channel has room for its one
+// answer).
+func deliver(out group.Output) {
+	for _, r := range out.Joins {
+		r.Ref.(chan group.JoinResult) <- r
+	}
+	for _, r := range out.Syncs {
+		r.Ref.(chan group.SyncResult) <- r
+	}
+	for _, r := range out.Leaves {
+		r.Ref.(chan group.LeaveResult) <- r
+	}
+}
+
+// hold delivers the answers of out once the membership writes queued before
+// it and its own (wait, or the queueing error qerr) are done. A failed
+// write turns the successful answers into errors (NOT_COORDINATOR when this
+// broker lost the group, COORDINATOR_NOT_AVAILABLE otherwise: both send the
+// client back to FindCoordinator) and starts a rebalance, so that the next
+// generation is written again, as Kafka does when it cannot store a
+// generation. Called with s.mu held; the goroutine is the coordinator's
+// (Close waits for it) and ends when the store has answered.
+func (m *membership) hold(out group.Output, wait func(context.Context) error, qerr error) {
+	prev := m.barrier
+	done := make(chan struct{})
+	m.barrier = done
+	c := m.c
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		if prev != nil {
+			<-prev
+		}
+		err := qerr
+		if err == nil && wait != nil {
+			err = wait(context.Background())
+		}
+		if err != nil {
+			failAnswers(&out, writeErrCode(err))
+		}
+		deliver(out)
+		close(done)
+		m.s.mu.Lock()
+		defer m.s.mu.Unlock()
+		if m.barrier == done {
+			m.barrier = nil
+		}
+		if err != nil && !m.s.gone && m.s.member == m {
+			c.log.Warn("group membership not recorded; rebalancing", "group", m.s.id, "gen", m.core.Generation(), "err", err)
+			m.apply(m.core.Rebalance(c.cfg.Now(), "the membership write failed"))
+		}
+	}()
+}
+
+// writeErrCode is the answer to requests whose membership write failed.
+func writeErrCode(err error) group.Code {
+	err = storeErr("", err)
+	if errors.Is(err, ErrNotCoordinator) || errors.Is(err, ErrLoadInProgress) {
+		return group.ErrNotCoordinator
+	}
+	return group.ErrCoordinatorNotAvailable
+}
+
+// failAnswers replaces the successful answers of out with code.
+func failAnswers(out *group.Output, code group.Code) {
+	for i, r := range out.Joins {
+		if r.Err == group.ErrNone {
+			out.Joins[i] = group.JoinResult{Ref: r.Ref, Err: code, MemberID: r.MemberID, Generation: -1}
+		}
+	}
+	for i, r := range out.Syncs {
+		if r.Err == group.ErrNone {
+			out.Syncs[i] = group.SyncResult{Ref: r.Ref, Err: code}
+		}
+	}
+	for i := range out.Leaves {
+		l := &out.Leaves[i]
+		if l.Err == group.ErrNone {
+			l.Err = code
+		}
+		for j := range l.Members {
+			if l.Members[j].Err == group.ErrNone {
+				l.Members[j].Err = code
+			}
+		}
+	}
 }
 
 // noteRetention queues a write of what retention needs to know of the
@@ -197,14 +406,9 @@ func (c *Coordinator) begin(groupID string) (*shell, *membership, error) {
 	if err := c.check(groupID); err != nil {
 		return nil, nil, err
 	}
-	s, err := c.shellFor(groupID)
+	s, err := c.lockLoaded(groupID)
 	if err != nil {
 		return nil, nil, err
-	}
-	s.mu.Lock()
-	if s.gone {
-		s.mu.Unlock()
-		return nil, nil, ErrNotCoordinator
 	}
 	return s, c.ensureMembership(s), nil
 }
@@ -242,10 +446,10 @@ func (c *Coordinator) Heartbeat(groupID string, in group.HeartbeatInput) (group.
 	if err != nil {
 		return group.HeartbeatResult{}, err
 	}
-	defer s.mu.Unlock()
 	ch := make(chan group.HeartbeatResult, 1)
 	in.Ref = ch
 	m.apply(m.core.Heartbeat(c.cfg.Now(), in))
+	s.mu.Unlock()
 	return <-ch, nil
 }
 
@@ -255,11 +459,11 @@ func (c *Coordinator) Leave(groupID string, in group.LeaveInput) (group.LeaveRes
 	if err != nil {
 		return group.LeaveResult{}, err
 	}
-	defer s.mu.Unlock()
 	ch := make(chan group.LeaveResult, 1)
 	in.Ref = ch
 	m.apply(m.core.Leave(c.cfg.Now(), in))
-	return <-ch, nil
+	s.mu.Unlock()
+	return <-ch, nil // after the membership write the leave asked for
 }
 
 // Describe describes a group this broker coordinates. A group that exists
@@ -268,18 +472,21 @@ func (c *Coordinator) Describe(groupID string) (group.Description, error) {
 	if err := c.check(groupID); err != nil {
 		return group.Description{}, err
 	}
-	if s := c.resident(groupID); s != nil {
-		s.mu.Lock()
-		if !s.gone && s.member != nil && (!s.member.empty() || s.member.generation() > 0) {
+	ok, err := c.store.Exists(groupID)
+	if err != nil {
+		return group.Description{}, storeErr(groupID, err)
+	}
+	if ok || c.resident(groupID) != nil {
+		s, err := c.lockLoaded(groupID)
+		if err != nil {
+			return group.Description{}, err
+		}
+		if s.member != nil && (!s.member.empty() || s.member.generation() > 0) {
 			d := s.member.core.Describe()
 			s.mu.Unlock()
 			return d, nil
 		}
 		s.mu.Unlock()
-	}
-	ok, err := c.store.Exists(groupID)
-	if err != nil {
-		return group.Description{}, storeErr(groupID, err)
 	}
 	if !ok {
 		return group.Description{}, ErrGroupNotFound

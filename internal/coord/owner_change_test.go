@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/kaas-dev/kaas/internal/cluster"
@@ -331,7 +332,13 @@ func joinAndSync(t *testing.T, c *Coordinator, g string) string {
 	return jr.MemberID
 }
 
+// TestRetentionAfterAMoveFollowsKIP211 runs on virtual time: the member
+// the new owner loads from the group's file times out after its session.
 func TestRetentionAfterAMoveFollowsKIP211(t *testing.T) {
+	synctest.Test(t, retentionAfterAMove)
+}
+
+func retentionAfterAMove(t *testing.T) {
 	const day = 24 * time.Hour
 	ctx := context.Background()
 	old := time.Now().Add(-8 * day).UnixMilli() // older than the 7-day retention
@@ -377,8 +384,19 @@ func TestRetentionAfterAMoveFollowsKIP211(t *testing.T) {
 			t.Fatalf("%s: offsets committed 8 days ago expired one day after the group was last in use: %v", g, got)
 		}
 	}
-	// Seven days after the group became Empty (after kaas-1 found "live"
-	// without members), they expire.
+	// kaas-1 loaded "live" with the member its file records (durable
+	// membership); the member does not come back, and its session, started
+	// at the load, expires: the group becomes Empty then.
+	if d, err := b.Describe("live"); err != nil || d.State != "Stable" || len(d.Members) != 1 {
+		t.Fatalf("live at the new owner: %+v %v", d, err)
+	}
+	time.Sleep(31 * time.Second)
+	synctest.Wait()
+	if d, err := b.Describe("live"); err != nil || d.State != "Empty" {
+		t.Fatalf("live after its member's session: %+v %v", d, err)
+	}
+	// Seven days after the group became Empty (for "live": after its
+	// member's session expired at kaas-1), they expire.
 	clock = emptyAt.Add(8*day + time.Hour)
 	b.ExpireOffsets(ctx)
 	if got := fetchAll(t, b, "left"); len(got) != 0 {

@@ -310,6 +310,13 @@ type Output struct {
 	Cancel []TimerKey
 	Arm    []TimerArm
 	Events []Event
+	// Persist: the group's durable state (Snapshot) changed: a generation
+	// completed, a static member was replaced, members left or were
+	// removed, or the group became Empty. The shell writes the Snapshot
+	// durably before it sends the JoinGroup, SyncGroup and LeaveGroup
+	// answers of this Output. Never set by Heartbeat, CheckCommit or
+	// Unload.
+	Persist bool
 }
 
 // EventKind classifies a log event.
@@ -325,6 +332,7 @@ const (
 	EventPendingAdded                    // KIP-394 member id handed out
 	EventPendingRemoved                  // pending member id expired or left
 	EventAssignment                      // the leader's assignment was stored; Gen
+	EventRestored                        // the group was loaded from a Snapshot into state To
 	EventBug                             // an internal inconsistency, logged instead of panicking
 )
 
@@ -338,6 +346,7 @@ var eventNames = [...]string{
 	EventPendingAdded:   "pending member added",
 	EventPendingRemoved: "pending member removed",
 	EventAssignment:     "assignment stored",
+	EventRestored:       "group loaded",
 	EventBug:            "group state machine bug",
 }
 
@@ -373,8 +382,11 @@ func (e Event) Attrs() []slog.Attr {
 	if e.OldMember != "" {
 		a = append(a, slog.String("old_member", e.OldMember))
 	}
-	if e.Kind == EventStateChange {
-		a = append(a, slog.String("from", e.From.String()), slog.String("to", e.To.String()))
+	if e.Kind == EventStateChange || e.Kind == EventRestored {
+		if e.Kind == EventStateChange {
+			a = append(a, slog.String("from", e.From.String()))
+		}
+		a = append(a, slog.String("to", e.To.String()))
 	}
 	if e.Reason != "" {
 		a = append(a, slog.String("reason", e.Reason))

@@ -12,6 +12,10 @@
 // (responses to send, timers to arm or cancel, log events). A Group is not
 // safe for concurrent use: its shell serialises every call.
 //
+// Its durable part (Snapshot) is written by the shell whenever an Output
+// says so (Output.Persist) and restored by a coordinator that gains the
+// group (Restore), so that a move continues the same generation.
+//
 // It imports the standard library and franz-go's kerr (error codes) and kmsg
 // (consumer protocol metadata decoding) only; it must not import other kaas
 // packages. The contract is described in docs/group.md.

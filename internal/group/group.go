@@ -105,6 +105,9 @@ type Group struct {
 	timers map[TimerKey]timerSlot
 	seq    uint64
 
+	// persist: the current input changed the durable state (Output.Persist).
+	persist bool
+
 	// Per-input scratch, valid between begin and end.
 	now   time.Time
 	out   Output
@@ -191,8 +194,10 @@ func (g *Group) end() Output {
 		}
 	}
 	out := g.out
+	out.Persist = g.persist
 	g.out = Output{}
 	g.dirty = nil
+	g.persist = false
 	return out
 }
 
@@ -354,6 +359,7 @@ func (g *Group) removeMember(m *member, reason string) {
 			g.leader = g.order[0]
 		}
 	}
+	g.persist = true
 	g.event(Event{Kind: EventMemberRemoved, Member: m.id, Instance: m.instanceID, Reason: reason})
 }
 

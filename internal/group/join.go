@@ -229,6 +229,7 @@ func (g *Group) replaceStatic(in JoinInput, m *member, newID string) {
 	}
 	m.clientID, m.clientHost = in.ClientID, in.ClientHost
 	g.updateMember(m, in)
+	g.persist = true
 	g.event(Event{Kind: EventMemberReplaced, Member: newID, OldMember: oldID, Instance: m.instanceID, Reason: in.Reason})
 	g.armSession(m)
 

@@ -117,6 +117,7 @@ func (g *Group) completeJoin() {
 		g.protocol, g.hasProtocol = "", false
 		g.subscribed, g.subKnown = nil, false
 		g.transition(Empty)
+		g.persist = true
 		return
 	}
 	p, ok := g.selectProtocol()

@@ -67,6 +67,7 @@ func (g *Group) storeAssignment(as []Assignment) {
 	if g.transition(Stable) != nil {
 		return
 	}
+	g.persist = true
 	reason := ""
 	if missing > 0 {
 		reason = "leader omitted some members; they get an empty assignment"

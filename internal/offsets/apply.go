@@ -132,7 +132,7 @@ func (s *Store) attempt(g *groupState, batch []*request) error {
 		return nil
 	}
 	ch := &change{g: g, nowMs: s.now().UnixMilli(), oldTxns: cloneTxns(g.txns), oldFence: g.fence,
-		oldDisk: g.onDisk, oldInfo: g.info, oldStamp: g.unstamped}
+		oldDisk: g.onDisk, oldInfo: g.info, oldStamp: g.unstamped, oldMembers: g.members}
 	for _, r := range batch {
 		if r.err != nil {
 			continue
@@ -231,6 +231,9 @@ type change struct {
 	oldDisk  bool
 	oldInfo  Retention
 	oldStamp bool
+	// oldMembers: the membership before the batch (a request replaces the
+	// pointer, never the value it points to).
+	oldMembers *Membership
 }
 
 func (ch *change) rollback() {
@@ -238,6 +241,7 @@ func (ch *change) rollback() {
 	g.st.rollback(ch.log)
 	g.txns = ch.oldTxns
 	g.fence, g.onDisk, g.info, g.unstamped = ch.oldFence, ch.oldDisk, ch.oldInfo, ch.oldStamp
+	g.members = ch.oldMembers
 }
 
 // apply performs one accepted request on the group's state.
@@ -268,8 +272,12 @@ func (ch *change) apply(r *request) {
 			ch.g.info = r.info
 			ch.changed = true
 		}
+	case opSetMembership:
+		ch.g.members = r.membership
+		ch.changed = true
 	case opDeleteGroup:
 		g := ch.g
+		g.members = nil
 		r.existed = g.onDisk || g.st.n > 0
 		var tps []TP
 		g.st.each(func(topic string, p int32, _ *entry) { tps = append(tps, TP{topic, p}) })
@@ -364,7 +372,8 @@ func (ch *change) expire(r *request) {
 	if len(tps) > 0 {
 		ch.changed = true
 		// KIP-211: an Empty group left with no offsets is removed.
-		ch.remove = g.st.n == 0 && (info.ProtocolType == "" || info.EmptySince > 0)
+		ch.remove = g.st.n == 0 && (info.ProtocolType == "" || info.EmptySince > 0) &&
+			(g.members == nil || len(g.members.Members) == 0)
 	}
 }
 

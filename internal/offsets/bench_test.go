@@ -93,7 +93,7 @@ func BenchmarkEncode1000(b *testing.B) {
 	}
 	var buf []byte
 	for b.Loop() {
-		buf = encodeFile(buf[:0], "g", &st, f1, Retention{}, nil)
+		buf = encodeFile(buf[:0], "g", &st, f1, Retention{}, nil, nil)
 	}
 	b.SetBytes(int64(len(buf)))
 }

@@ -17,7 +17,8 @@ import (
 //	 "offsets":{"orders/0":1042,"orders/1":977},
 //	 "metadata":{"orders/0":"consumer-1"},
 //	 "details":{"orders/0":[4,1723456789000,-1],"orders/1":[-1,1723456789000,-1]},
-//	 "fence":{"controller_epoch":3,"assignment_version":57}}
+//	 "fence":{"controller_epoch":3,"assignment_version":57},
+//	 "retention":{…},"membership":{…},"pending":[…]}
 //
 // Keys are "<topic>/<partition>", split at the last '/', the partition in canonical
 // decimal (no sign, no leading zero). "offsets" holds every committed offset;
@@ -41,6 +42,9 @@ type fileDoc struct {
 	Fence     *fileFence         `json:"fence"`
 	Pending   []pendingDoc       `json:"pending"`
 	Retention *retentionDoc      `json:"retention"`
+	// Membership is read on its own (decodeMembership), so that a damaged
+	// section is ignored without losing the offsets.
+	Membership json.RawMessage `json:"membership"`
 }
 
 // retentionDoc is what retention needs of the group's membership:
@@ -80,6 +84,10 @@ type decoded struct {
 	fence    Fence
 	txns     map[int64]Staged
 	info     Retention
+	members  *Membership
+	// membersErr: the membership section was present but unreadable; it
+	// is ignored (members is nil) and the offsets are kept.
+	membersErr error
 }
 
 var errBadKey = errors.New("bad offset key")
@@ -121,6 +129,7 @@ func decodeFile(data []byte) (decoded, error) {
 			slices.Sort(out.info.Subscribed)
 		}
 	}
+	out.members, out.membersErr = decodeMembership(doc.Membership)
 	intern := map[string]string{}
 	topics := map[string]string{}
 	for k, off := range doc.Offsets {
@@ -281,9 +290,10 @@ func appendRetention(buf []byte, r Retention) []byte {
 }
 
 // encodeFile appends the file of group to buf: its offsets st, the writer's
-// fence, the retention section unless info is the zero value, and the
-// pending section when txns is not empty.
-func encodeFile(buf []byte, group string, st *state, fence Fence, info Retention, txns map[int64]Staged) []byte {
+// fence, the retention section unless info is the zero value, the
+// membership section when members is not nil, and the pending section when
+// txns is not empty.
+func encodeFile(buf []byte, group string, st *state, fence Fence, info Retention, members *Membership, txns map[int64]Staged) []byte {
 	buf = append(buf, `{"group":`...)
 	buf = appendString(buf, group)
 	names := st.sortedTopics()
@@ -336,6 +346,9 @@ func encodeFile(buf []byte, group string, st *state, fence Fence, info Retention
 	buf = append(buf, '}')
 	if info.ProtocolType != "" || info.EmptySince != 0 || info.Subscribed != nil {
 		buf = appendRetention(buf, info)
+	}
+	if members != nil {
+		buf = appendMembership(buf, members)
 	}
 	if len(txns) > 0 {
 		buf = appendPending(buf, txns)

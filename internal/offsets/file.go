@@ -28,6 +28,7 @@ func (s *Store) refresh(g *groupState) error {
 		}
 		s.log.Info("offsets: group file removed by another writer", "group", g.id)
 		g.st, g.fence, g.onDisk, g.fi, g.txns, g.info, g.unstamped = state{}, Fence{}, false, fsutil.Version{}, nil, Retention{}, false
+		g.members = nil
 		return nil
 	case err != nil:
 		return fmt.Errorf("offsets: stat %q: %w", g.id, err)
@@ -43,6 +44,7 @@ func (s *Store) load(g *groupState) error {
 	data, fi, err := s.fs.ReadFile(g.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		g.st, g.fence, g.onDisk, g.fi, g.loaded, g.txns, g.info, g.unstamped = state{}, Fence{}, false, fsutil.Version{}, true, nil, Retention{}, false
+		g.members = nil
 		return nil
 	}
 	if err != nil {
@@ -53,6 +55,12 @@ func (s *Store) load(g *groupState) error {
 		return fmt.Errorf("offsets: decode %q: %w", g.id, err)
 	}
 	g.st, g.fence, g.onDisk, g.fi, g.loaded, g.txns, g.info = d.st, d.fence, true, fsutil.VersionOf(fi), true, d.txns, d.info
+	g.members = d.members
+	if d.membersErr != nil {
+		// The offsets stay; the group starts without its membership (its
+		// members rejoin), and the next write drops the damaged section.
+		s.log.Warn("offsets: membership section of the group file ignored", "group", g.id, "err", d.membersErr)
+	}
 	g.unstamped = stampMissing(&g.st, g.txns, s.now().UnixMilli())
 	return nil
 }
@@ -64,7 +72,7 @@ var bufPool = sync.Pool{New: func() any { return new([]byte) }}
 // fsync the directory. renamed reports whether the rename happened.
 func (s *Store) writeFile(g *groupState, recheck func() error) (renamed bool, err error) {
 	bp := bufPool.Get().(*[]byte)
-	data := encodeFile((*bp)[:0], g.id, &g.st, g.fence, g.info, g.txns)
+	data := encodeFile((*bp)[:0], g.id, &g.st, g.fence, g.info, g.members, g.txns)
 	defer func() {
 		*bp = data
 		bufPool.Put(bp)

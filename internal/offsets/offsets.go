@@ -129,6 +129,7 @@ type groupState struct {
 	txns    map[int64]Staged // transactional offsets staged per producer id
 	fence   Fence
 	info    Retention      // what retention needs to know of the group's membership
+	members *Membership    // the group's durable membership; nil: none
 	onDisk  bool           // the file existed at the last read or write
 	fi      fsutil.Version // identity of the file as last read or written; unset: absent
 	// unstamped: offsets loaded without a commit timestamp were given the

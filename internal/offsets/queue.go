@@ -15,23 +15,25 @@ const (
 	opStage
 	opEndTxn
 	opSetRetention
+	opSetMembership
 )
 
 // request is one queued operation and, once done is closed, its result.
 type request struct {
-	kind      opKind
-	own       Owner // granted under the group's lock; nil grants the zero fence
-	fence     Fence // the stamp granted in the current attempt
-	offs      map[TP]Offset
-	tps       []TP
-	topic     string
-	now       int64
-	retention int64
-	pid       int64
-	staged    Staged
-	commit    bool
-	info      Retention
-	members   bool // expire: the group has members on this broker
+	kind       opKind
+	own        Owner // granted under the group's lock; nil grants the zero fence
+	fence      Fence // the stamp granted in the current attempt
+	offs       map[TP]Offset
+	tps        []TP
+	topic      string
+	now        int64
+	retention  int64
+	pid        int64
+	staged     Staged
+	commit     bool
+	info       Retention
+	membership *Membership // opSetMembership; nil removes the section
+	members    bool        // expire: the group has members on this broker
 
 	done    chan struct{}
 	err     error

@@ -384,3 +384,26 @@ func (s *Store) GroupRetention(group string, own Owner) (Retention, error) {
 	err := s.withCurrent(group, own, func(g *groupState) { out = g.info })
 	return out, err
 }
+
+// SetMembership records the group's durable membership (nil removes the
+// section). Like CommitAsync it queues at once, in call order, and the
+// returned wait reports the outcome after the durable write: the write is
+// fenced like every other (a broker that lost the group writes nothing).
+func (s *Store) SetMembership(group string, own Owner, m *Membership) (wait func(context.Context) error, err error) {
+	if err := validGroup(group); err != nil {
+		return nil, err
+	}
+	return s.enqueue(group, &request{kind: opSetMembership, own: own, membership: cloneMembership(m)})
+}
+
+// GroupState returns the group's stored membership (nil: none, or a
+// damaged section, which is ignored) and Retention, as they are on disk now
+// (see Load).
+func (s *Store) GroupState(group string, own Owner) (*Membership, Retention, error) {
+	var (
+		m    *Membership
+		info Retention
+	)
+	err := s.withCurrent(group, own, func(g *groupState) { m, info = cloneMembership(g.members), g.info })
+	return m, info, err
+}
