@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -511,54 +512,58 @@ type Listing struct {
 }
 
 // List returns the groups this broker coordinates: resident ones and those
-// that exist only as offsets files on the volume.
+// that exist only as files on the volume. Each is loaded as on first touch
+// (its durable membership restored), so a group that moved here is listed
+// in the state its members left it in, not Empty. A group whose file
+// cannot be read is listed Empty (and logged): one damaged file does not
+// hide the others.
 func (c *Coordinator) List() ([]Listing, error) {
 	if !c.Serving() {
 		return nil, ErrNotAvailable
-	}
-	seen := map[string]bool{}
-	var out []Listing
-	c.mu.Lock()
-	shells := make([]*shell, 0, len(c.groups))
-	for _, s := range c.groups {
-		shells = append(shells, s)
-	}
-	c.mu.Unlock()
-	for _, s := range shells {
-		if !c.own.OwnsGroup(s.id) {
-			continue
-		}
-		s.mu.Lock()
-		l := Listing{Group: s.id, State: "Empty"}
-		if s.member != nil {
-			l.State, l.ProtocolType = s.member.state(), s.member.protocolType()
-		}
-		gone := s.gone
-		s.mu.Unlock()
-		if gone {
-			continue
-		}
-		if l.State == "Empty" && l.ProtocolType == "" {
-			// A group known only by commits is listed when it has offsets.
-			if ok, err := c.store.Exists(s.id); err != nil || !ok {
-				continue
-			}
-		}
-		seen[s.id] = true
-		out = append(out, l)
 	}
 	names, err := c.store.Groups()
 	if err != nil {
 		return nil, storeErr("", err)
 	}
+	onDisk := make(map[string]bool, len(names))
 	for _, g := range names {
-		if seen[g] || !c.own.OwnsGroup(g) {
+		onDisk[g] = true
+	}
+	ids := slices.Clone(names)
+	c.mu.Lock()
+	for id := range c.groups {
+		if !onDisk[id] {
+			ids = append(ids, id)
+		}
+	}
+	c.mu.Unlock()
+	sort.Strings(ids)
+	var out []Listing
+	for _, id := range ids {
+		if !c.own.OwnsGroup(id) {
 			continue
 		}
-		seen[g] = true
-		out = append(out, Listing{Group: g, State: "Empty"})
+		l := Listing{Group: id, State: "Empty"}
+		s, err := c.lockLoaded(id)
+		switch {
+		case errors.Is(err, ErrNotCoordinator):
+			continue
+		case err != nil:
+			c.log.Warn("ListGroups: group state unreadable; listed Empty", "group", id, "err", err)
+		default:
+			switch {
+			case s.member != nil:
+				l.State, l.ProtocolType = s.member.state(), s.member.protocolType()
+			case s.infoSet:
+				l.ProtocolType = s.info.ProtocolType
+			}
+			s.mu.Unlock()
+		}
+		if l.State == "Empty" && l.ProtocolType == "" && !onDisk[id] {
+			continue // a shell with neither members nor offsets
+		}
+		out = append(out, l)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Group < out[j].Group })
 	return out, nil
 }
 

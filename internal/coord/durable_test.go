@@ -335,3 +335,34 @@ func TestGroupMovedAwayAndBackKeepsItsMembers(t *testing.T) {
 }
 
 func strp(s string) *string { return &s }
+
+// TestListGroupsAtTheNewOwnerShowsAMovedGroupEmpty: before any member
+// touched the moved group at its new owner, ListGroups there said Empty
+// with no protocol type although the group's file records two members in
+// a completed generation.
+func TestListGroupsAtTheNewOwnerShowsAMovedGroupEmpty(t *testing.T) {
+	dir := t.TempDir()
+	g := "listed"
+	v1 := assignment(1, 2, nil, map[string]string{g: "kaas-0"})
+	v2 := assignment(2, 2, nil, map[string]string{g: "kaas-1"})
+	a, b := newOwner(t, dir, "kaas-0", v1), newOwner(t, dir, "kaas-1", v1)
+	formGroup(t, a, g)
+	a.Apply(v1, v2)
+	b.Apply(v1, v2)
+	ls, err := b.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []Listing
+	for _, l := range ls {
+		if l.Group == g {
+			got = append(got, l)
+		}
+	}
+	if len(got) != 1 || got[0].State != "Stable" || got[0].ProtocolType != "consumer" {
+		t.Fatalf("ListGroups at the new owner: %+v, want %s Stable consumer", got, g)
+	}
+	if ls, _ := a.List(); len(ls) != 0 {
+		t.Errorf("ListGroups at the old owner: %+v, want nothing", ls)
+	}
+}
