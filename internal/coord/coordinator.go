@@ -514,9 +514,10 @@ type Listing struct {
 // List returns the groups this broker coordinates: resident ones and those
 // that exist only as files on the volume. Each is loaded as on first touch
 // (its durable membership restored), so a group that moved here is listed
-// in the state its members left it in, not Empty. A group whose file
-// cannot be read is listed Empty (and logged): one damaged file does not
-// hide the others.
+// in the state its members left it in, not Empty. It is loaded only once
+// the hand-off lets this broker read it (the store asks grant); until then,
+// and when its file cannot be read (logged), it is listed Empty: one such
+// group does not hide the others.
 func (c *Coordinator) List() ([]Listing, error) {
 	if !c.Serving() {
 		return nil, ErrNotAvailable
@@ -548,6 +549,10 @@ func (c *Coordinator) List() ([]Listing, error) {
 		switch {
 		case errors.Is(err, ErrNotCoordinator):
 			continue
+		case errors.Is(err, ErrLoadInProgress):
+			// Gained, and the previous owner may still be writing
+			// (docs/cluster.md, "Hand-off of a group"): listed Empty
+			// for the few hundred milliseconds until it may be loaded.
 		case err != nil:
 			c.log.Warn("ListGroups: group state unreadable; listed Empty", "group", id, "err", err)
 		default:
