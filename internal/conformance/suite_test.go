@@ -49,6 +49,12 @@ type result struct {
 	failover                 time.Duration // worst kill → consuming again; 0: not measured
 	took                     time.Duration
 	note                     string
+	// genBefore and genAfter are the group's generation before the failure
+	// and at the end (chaos scenarios; both 0 otherwise): the difference is
+	// the rebalances the failure caused. dups counts records consumed more
+	// than once.
+	genBefore, genAfter int32
+	dups                int
 }
 
 var (
@@ -103,7 +109,7 @@ func writeResults() error {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# kaas conformance results (%s mode, %s)\n\n", mode, time.Now().UTC().Format(time.RFC3339))
-	b.WriteString("| client | scenario | result | failover (kill → consuming again) | took | notes |\n|---|---|---|---|---|---|\n")
+	b.WriteString("| client | scenario | result | failover (kill → consuming again) | generation before → after the failure | records consumed twice | took | notes |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		fo := "–"
 		if r.failover > 0 {
@@ -114,7 +120,11 @@ func writeResults() error {
 		if len(note) > 300 {
 			note = note[:300] + "…"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.client, r.scenario, r.status, fo, r.took.Round(time.Second), note)
+		gen := "–"
+		if r.genBefore != 0 || r.genAfter != 0 {
+			gen = fmt.Sprintf("%d → %d", r.genBefore, r.genAfter)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %s | %s |\n", r.client, r.scenario, r.status, fo, gen, r.dups, r.took.Round(time.Second), note)
 	}
 	path := filepath.Join(dir, "RESULTS.md")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
@@ -158,6 +168,18 @@ func (c *consumed) add(p int32, off int64) {
 			c.min[p] = off
 		}
 	}
+}
+
+// duplicates is how many records were consumed more than once (each
+// extra time counts).
+func (c *consumed) duplicates() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.total
+	for _, m := range c.seen {
+		n -= len(m)
+	}
+	return n
 }
 
 // mark starts tracking the lowest offset consumed per partition.
@@ -239,8 +261,11 @@ type run struct {
 	failover time.Duration
 	notes    []string
 	began    time.Time
-	downed   map[int32]bool   // brokers this run killed, froze or stopped
-	stalls   *proctest.Stalls // the stalling volume's server, or nil
+	downed   map[int32]bool // brokers this run killed, froze or stopped
+	// genBefore is the group's generation just before a chaos scenario's
+	// failure (-1: none formed; 0: not a chaos scenario).
+	genBefore int32
+	stalls    *proctest.Stalls // the stalling volume's server, or nil
 }
 
 var nameRE = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
@@ -677,8 +702,9 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-// TestConformanceOnAStallingVolume runs the quick pairs (every pair in
-// long mode) with each broker on its own mount of a volume whose calls
+// TestConformanceOnAStallingVolume runs the quick pairs (in long mode too:
+// each pair there takes twice as long) with each broker on its own mount of
+// a volume whose calls
 // stall up to 5 s, as CephFS's do (proctest.StallingVolume): the same
 // checks, and besides them no broker declared dead that the run did not
 // kill or freeze, and no election beyond the first and one per broker
@@ -687,10 +713,9 @@ func TestConformanceOnAStallingVolume(t *testing.T) {
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			for _, drv := range drivers {
-				if !long() && !contains(sc.quick, drv.name) {
-					continue
+				if contains(sc.quick, drv.name) {
+					t.Run(drv.name, func(t *testing.T) { runPair(t, sc, drv, stallingVolume) })
 				}
-				t.Run(drv.name, func(t *testing.T) { runPair(t, sc, drv, stallingVolume) })
 			}
 		})
 	}
@@ -717,6 +742,10 @@ func runPair(t *testing.T, sc scenario, drv driver, v volume) {
 		if r != nil {
 			res.failover = r.failover
 			res.note = strings.Join(r.notes, "; ")
+			if r.genBefore != 0 {
+				res.genBefore, res.genAfter = r.genBefore, r.generation()
+			}
+			res.dups = r.got.duplicates()
 		}
 		record(res)
 	}()
@@ -856,10 +885,41 @@ func chaos(r *run, hit func() time.Duration) {
 	r.start(3)
 	r.waitStable(3, 60*time.Second)
 	r.consuming("before the failure")
+	r.genBefore = r.generation()
 	r.failover = hit()
 	r.waitStable(3, 90*time.Second)
 	r.consuming("after the failure")
 	r.finish()
+}
+
+// generation is the group's newest generation in the brokers' logs: the
+// highest "join phase complete" (a generation formed) or "group loaded"
+// (a broker that gained the group restored it) of r.group; -1 when none.
+func (r *run) generation() int32 {
+	gen := int32(-1)
+	for _, b := range r.c.Brokers {
+		f, err := os.Open(b.LogPath)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var line struct {
+				Msg   string `json:"msg"`
+				Group string `json:"group"`
+				Gen   int32  `json:"gen"`
+			}
+			if json.Unmarshal(sc.Bytes(), &line) != nil || line.Group != r.group {
+				continue
+			}
+			if line.Msg == "join phase complete" || line.Msg == "group loaded" {
+				gen = max(gen, line.Gen)
+			}
+		}
+		f.Close()
+	}
+	return gen
 }
 
 func (r *run) coordinator() int32 {
