@@ -242,6 +242,19 @@ func startOnDisk(t *testing.T, n int, disk *delayedDisk, tune ...func(*Config)) 
 	return c
 }
 
+// without is the brokers 0..n-1 but down: their indexes, and which of
+// their ids are alive (all but kaas-<down>), for allSee.
+func without(n, down int) (live []int, alive map[string]bool) {
+	alive = map[string]bool{}
+	for i := range n {
+		if i != down {
+			live = append(live, i)
+		}
+		alive[fmt.Sprintf("kaas-%d", i)] = i != down
+	}
+	return live, alive
+}
+
 // allSee waits until every runtime in live applies an assignment where
 // exactly the brokers in alive are alive.
 func (c *delayedCluster) allSee(live []int, alive map[string]bool, within time.Duration) error {
@@ -309,18 +322,9 @@ func TestLivenessAndElectionOnADelayedVolume(t *testing.T) {
 
 	// kill -9 of a broker that is not the controller.
 	victim := (ctrl + 1) % 3
-	var live []int
-	for i := range 3 {
-		if i != victim {
-			live = append(live, i)
-		}
-	}
+	live, gone := without(3, victim)
 	killed := time.Now()
 	c.rts[victim].Abort()
-	gone := map[string]bool{}
-	for id := range all {
-		gone[id] = id != fmt.Sprintf("kaas-%d", victim)
-	}
 	bound := 3*time.Second + time.Second + time.Second + 2*time.Second // dead-after + 1 s + one report interval + slack
 	if err := c.allSee(live, gone, bound+5*time.Second); err != nil {
 		t.Fatalf("kill -9 of kaas-%d not detected: %v", victim, err)
@@ -429,14 +433,7 @@ func TestIdleClusterOnAVolumeWhoseCallsStallDeclaresNobodyDead(t *testing.T) {
 	}
 
 	victim := (ctrl + 1) % 3
-	var live []int
-	gone := map[string]bool{}
-	for i := range 3 {
-		if i != victim {
-			live = append(live, i)
-		}
-		gone[fmt.Sprintf("kaas-%d", i)] = i != victim
-	}
+	live, gone := without(3, victim)
 	killed := time.Now()
 	c.rts[victim].Abort()
 	if err := c.allSee(live, gone, 30*time.Second); err != nil {
@@ -463,14 +460,7 @@ func TestBrokerWhoseVolumeHangsIsDeclaredDead(t *testing.T) {
 	}
 	hung := time.Now()
 	c.views[ctrl].hung.Store(true)
-	var live []int
-	gone := map[string]bool{}
-	for i := range 3 {
-		if i != ctrl {
-			live = append(live, i)
-		}
-		gone[fmt.Sprintf("kaas-%d", i)] = i != ctrl
-	}
+	live, gone := without(3, ctrl)
 	if err := c.allSee(live, gone, 30*time.Second); err != nil {
 		t.Fatalf("the broker with a hung volume was not declared dead: %v", err)
 	}

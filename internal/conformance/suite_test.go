@@ -764,31 +764,14 @@ func runPair(t *testing.T, sc scenario, drv driver, v volume) {
 func (r *run) checkLiveness() {
 	dead := map[string]int{}
 	elections := 0
-	for _, b := range r.c.Brokers {
-		f, err := os.Open(b.LogPath)
-		if err != nil {
-			r.t.Fatal(err)
+	r.eachLogLine(func(line logLine) {
+		switch {
+		case line.Msg == "elected controller":
+			elections++
+		case line.Msg == "broker health" && line.Health == "dead":
+			dead[fmt.Sprint(line.Broker)]++
 		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			var line struct {
-				Msg    string `json:"msg"`
-				Broker string `json:"broker"`
-				Health string `json:"health"`
-			}
-			if json.Unmarshal(sc.Bytes(), &line) != nil {
-				continue
-			}
-			switch {
-			case line.Msg == "elected controller":
-				elections++
-			case line.Msg == "broker health" && line.Health == "dead":
-				dead[line.Broker]++
-			}
-		}
-		f.Close()
-	}
+	})
 	var falseDeaths []string
 	for id, n := range dead {
 		var node int32
@@ -897,29 +880,41 @@ func chaos(r *run, hit func() time.Duration) {
 // (a broker that gained the group restored it) of r.group; -1 when none.
 func (r *run) generation() int32 {
 	gen := int32(-1)
+	r.eachLogLine(func(line logLine) {
+		if line.Group == r.group && (line.Msg == "join phase complete" || line.Msg == "group loaded") {
+			gen = max(gen, line.Gen)
+		}
+	})
+	return gen
+}
+
+// logLine is the part of a broker's JSON log line the checks read.
+type logLine struct {
+	Msg    string `json:"msg"`
+	Broker any    `json:"broker"` // "broker health": the id it is about (elsewhere a node number)
+	Health string `json:"health"`
+	Group  string `json:"group"`
+	Gen    int32  `json:"gen"`
+}
+
+// eachLogLine calls f with every JSON line of every broker's log (a log
+// not yet written is skipped).
+func (r *run) eachLogLine(f func(logLine)) {
 	for _, b := range r.c.Brokers {
-		f, err := os.Open(b.LogPath)
+		file, err := os.Open(b.LogPath)
 		if err != nil {
 			continue
 		}
-		sc := bufio.NewScanner(f)
+		sc := bufio.NewScanner(file)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
-			var line struct {
-				Msg   string `json:"msg"`
-				Group string `json:"group"`
-				Gen   int32  `json:"gen"`
-			}
-			if json.Unmarshal(sc.Bytes(), &line) != nil || line.Group != r.group {
-				continue
-			}
-			if line.Msg == "join phase complete" || line.Msg == "group loaded" {
-				gen = max(gen, line.Gen)
+			var line logLine
+			if json.Unmarshal(sc.Bytes(), &line) == nil {
+				f(line)
 			}
 		}
-		f.Close()
+		file.Close()
 	}
-	return gen
 }
 
 func (r *run) coordinator() int32 {
