@@ -693,6 +693,9 @@ func (r *Runtime) heartbeat(ctx context.Context) {
 			rep := *r.lastRep
 			r.seq++
 			rep.Seq, rep.At = r.seq, now.UTC()
+			// What the broker knows of the controller role is current
+			// (atomics); the rest is the loop's last word.
+			rep.KnownEpoch, rep.Leader = r.known.Load(), r.leader.Load()
 			r.repMu.Unlock()
 			r.send(rep, now)
 		}
