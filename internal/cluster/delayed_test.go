@@ -255,6 +255,20 @@ func without(n, down int) (live []int, alive map[string]bool) {
 	return live, alive
 }
 
+// formed waits until the three brokers see each other alive and returns
+// the controller and its epoch.
+func (c *delayedCluster) formed() (ctrl int, epoch int64) {
+	c.t.Helper()
+	all := map[string]bool{"kaas-0": true, "kaas-1": true, "kaas-2": true}
+	if err := c.allSee([]int{0, 1, 2}, all, 30*time.Second); err != nil {
+		c.t.Fatalf("the cluster did not form: %v", err)
+	}
+	if ctrl, epoch = c.controller([]int{0, 1, 2}); ctrl < 0 {
+		c.t.Fatal("no controller")
+	}
+	return ctrl, epoch
+}
+
 // allSee waits until every runtime in live applies an assignment where
 // exactly the brokers in alive are alive.
 func (c *delayedCluster) allSee(live []int, alive map[string]bool, within time.Duration) error {
@@ -296,14 +310,7 @@ func (c *delayedCluster) controller(live []int) (int, int64) {
 // push both past --dead-after + the delay (8 s).
 func TestLivenessAndElectionOnADelayedVolume(t *testing.T) {
 	c := startDelayedCluster(t, 3, 5*time.Second)
-	all := map[string]bool{"kaas-0": true, "kaas-1": true, "kaas-2": true}
-	if err := c.allSee([]int{0, 1, 2}, all, 30*time.Second); err != nil {
-		t.Fatalf("the cluster did not form: %v", err)
-	}
-	ctrl, epoch := c.controller([]int{0, 1, 2})
-	if ctrl < 0 {
-		t.Fatal("no controller")
-	}
+	ctrl, epoch := c.formed()
 	// Idle: the volume shows reports and lease renewals up to 5 s late,
 	// longer than --dead-after.
 	idleFor := 12 * time.Second
@@ -450,14 +457,7 @@ func TestIdleClusterOnAVolumeWhoseCallsStallDeclaresNobodyDead(t *testing.T) {
 func TestBrokerWhoseVolumeHangsIsDeclaredDead(t *testing.T) {
 	const stallLimit = 4 * time.Second
 	c := startOnDisk(t, 3, newDelayedDisk(0), func(cfg *Config) { cfg.StallLimit = stallLimit })
-	all := map[string]bool{"kaas-0": true, "kaas-1": true, "kaas-2": true}
-	if err := c.allSee([]int{0, 1, 2}, all, 30*time.Second); err != nil {
-		t.Fatalf("the cluster did not form: %v", err)
-	}
-	ctrl, epoch := c.controller([]int{0, 1, 2})
-	if ctrl < 0 {
-		t.Fatal("no controller")
-	}
+	ctrl, epoch := c.formed()
 	hung := time.Now()
 	c.views[ctrl].hung.Store(true)
 	live, gone := without(3, ctrl)
