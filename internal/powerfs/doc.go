@@ -8,7 +8,8 @@
 // It imports no kaas package; kaas imports it only from tests
 // (internal/powercut). It is built on go-fuse v2's fs package and mounts
 // with mount(2) directly (DirectMountStrict: no fusermount), so it needs
-// root and /dev/fuse; Mount wraps ErrUnavailable when it cannot mount.
+// root and /dev/fuse; Mount wraps ErrUnavailable when it cannot mount, and
+// MountT mounts for a test, skips it then, and unmounts at its cleanup.
 //
 // # Model
 //

@@ -20,19 +20,7 @@ import (
 // mounted here.
 func mountT(t *testing.T, o Options) *FS {
 	t.Helper()
-	fsys, err := Mount(t.TempDir(), t.TempDir(), o)
-	if errors.Is(err, ErrUnavailable) {
-		t.Skipf("skipping: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := fsys.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return fsys
+	return MountT(t, t.TempDir(), t.TempDir(), o)
 }
 
 func cut(t *testing.T, fsys *FS) Loss {
@@ -460,30 +448,14 @@ func TestTwoMountsOfOneDisk(t *testing.T) {
 	var mu sync.Mutex
 	calls := map[string][]string{}
 	mount := func(name string, hold time.Duration) string {
-		mnt := filepath.Join(t.TempDir(), name)
-		if err := os.Mkdir(mnt, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		fsys, err := Mount(disk, mnt, Options{Metadata: MetadataImmediate, Hold: func(op string, paths ...string) {
+		return MountT(t, disk, filepath.Join(t.TempDir(), name), Options{Metadata: MetadataImmediate, Hold: func(op string, paths ...string) {
 			mu.Lock()
 			calls[name] = append(calls[name], op+" "+strings.Join(paths, ","))
 			mu.Unlock()
 			if op == "rename" {
 				time.Sleep(hold)
 			}
-		}})
-		if errors.Is(err, ErrUnavailable) {
-			t.Skipf("skipping: %v", err)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := fsys.Close(); err != nil {
-				t.Errorf("close %s: %v", name, err)
-			}
-		})
-		return mnt
+		}}).Dir()
 	}
 	a, b := mount("a", 300*time.Millisecond), mount("b", 0)
 

@@ -1,9 +1,7 @@
 package proctest
 
 import (
-	"errors"
 	"fmt"
-	"os"
 	"path"
 	"path/filepath"
 	"sync"
@@ -43,26 +41,11 @@ func StallingVolume(t testing.TB, n int, tick time.Duration) ([]string, *Stalls)
 	st := &Stalls{tick: tick, origin: time.Now(), uses: map[string]*use{}, granted: map[int]int64{}}
 	var dirs []string
 	for i := range n {
-		mnt := filepath.Join(t.TempDir(), fmt.Sprintf("mnt%d", i))
-		if err := os.Mkdir(mnt, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		fs, err := powerfs.Mount(backing, mnt, powerfs.Options{
+		fs := powerfs.MountT(t, backing, filepath.Join(t.TempDir(), fmt.Sprintf("mnt%d", i)), powerfs.Options{
 			Metadata: powerfs.MetadataImmediate,
 			Hold:     func(op string, paths ...string) { st.hold(i, op, paths) },
 		})
-		if errors.Is(err, powerfs.ErrUnavailable) {
-			t.Skipf("a stalling volume needs FUSE: %v", err)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := fs.Close(); err != nil {
-				t.Errorf("unmount %s: %v", mnt, err)
-			}
-		})
-		dirs = append(dirs, mnt)
+		dirs = append(dirs, fs.Dir())
 	}
 	return dirs, st
 }
