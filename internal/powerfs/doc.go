@@ -5,8 +5,8 @@
 // namespace operations not yet made durable. Cut drops all of it at once,
 // as a power cut does, and mounts the disk afresh.
 //
-// It imports no kaas package; kaas imports it only from tests
-// (internal/powercut). It is built on go-fuse v2's fs package and mounts
+// It imports no kaas package; kaas imports it only from test code
+// (internal/powercut, and internal/proctest's StallingVolume). It is built on go-fuse v2's fs package and mounts
 // with mount(2) directly (DirectMountStrict: no fusermount), so it needs
 // root and /dev/fuse; Mount wraps ErrUnavailable when it cannot mount, and
 // MountT mounts for a test, skips it then, and unmounts at its cleanup.
