@@ -540,7 +540,8 @@ func (b *Broker) logOptions(t *topics.Topic, epoch int32) storage.Options {
 }
 
 // AssignmentChanged tells the broker that leadership may have moved: it
-// closes the logs of partitions it no longer leads at their epoch.
+// closes the logs of partitions it no longer leads at their epoch and wakes
+// the fetches parked on them.
 func (b *Broker) AssignmentChanged() { b.dropStalePartitions() }
 
 // dropStalePartitions closes logs of deleted topics and of partitions this
@@ -563,6 +564,11 @@ func (b *Broker) dropStalePartitions() {
 		if err := p.close(); err != nil {
 			b.log.Warn("closing partition failed", "topic", p.topic, "partition", p.index, "err", err)
 		}
+	}
+	if len(stale) > 0 {
+		// Fetches parked on those partitions answer now (NOT_LEADER_OR_FOLLOWER,
+		// with the new leader) instead of at their max wait.
+		b.hw.broadcast()
 	}
 }
 
