@@ -36,9 +36,12 @@ func (m *movable) Leader(string, int32) (int32, int32, bool) {
 }
 
 // moveAway hands every partition to the other broker and tells the broker.
-func (m *movable) moveAway() {
+func (m *movable) moveAway() { m.moveTo(otherNode) }
+
+// moveTo hands every partition to node at the next epoch.
+func (m *movable) moveTo(node int32) {
 	m.mu.Lock()
-	m.leader, m.epoch = otherNode, m.epoch+1
+	m.leader, m.epoch = node, m.epoch+1
 	m.mu.Unlock()
 	m.b.AssignmentChanged()
 }
@@ -112,5 +115,185 @@ func TestLongPollFetchOutlivesTheLeadershipItWaitsOn(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the parked fetch still waits 20 s after its partition moved away (its max wait is 60 s)")
+	}
+}
+
+// TestNotLeaderAnswersNameTheNewLeader (KIP-951): after a partition moves
+// away, Produce and Fetch refuse it with NOT_LEADER_OR_FOLLOWER naming the
+// new leader and its epoch, and list the new leader's endpoint, so clients
+// (franz-go, librdkafka, the Java client) go there without first asking for
+// metadata.
+func TestNotLeaderAnswersNameTheNewLeader(t *testing.T) {
+	b, m := startMovable(t)
+	cl := client(t, b)
+	createTopic(t, cl, "nl", 1, nil)
+	produceN(t, cl, "nl", 1)
+	td, err := kadm.NewClient(cl).ListTopics(context.Background(), "nl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.moveAway()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	want := func(what string, code int16, leader, epoch int32, nodes []int32) {
+		t.Helper()
+		if err := kerr.ErrorForCode(code); err != kerr.NotLeaderForPartition {
+			t.Fatalf("%s: %v, want NOT_LEADER_OR_FOLLOWER", what, err)
+		}
+		if leader != otherNode || epoch != 1 {
+			t.Fatalf("%s: current leader %d epoch %d, want %d epoch 1", what, leader, epoch, otherNode)
+		}
+		if len(nodes) != 1 || nodes[0] != otherNode {
+			t.Fatalf("%s: endpoints of nodes %v, want [%d]", what, nodes, otherNode)
+		}
+	}
+
+	f := kmsg.NewPtrFetchRequest()
+	f.MaxWaitMillis, f.MinBytes, f.MaxBytes, f.SessionEpoch = 100, 1, 1<<20, -1
+	ft := kmsg.NewFetchRequestTopic()
+	ft.Topic, ft.TopicID = "nl", td["nl"].ID
+	fp := kmsg.NewFetchRequestTopicPartition()
+	fp.Partition, fp.FetchOffset, fp.PartitionMaxBytes, fp.CurrentLeaderEpoch = 0, 0, 1<<20, -1
+	ft.Partitions = append(ft.Partitions, fp)
+	f.Topics = append(f.Topics, ft)
+	fr, err := f.RequestWith(ctx, cl.Broker(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fr.Version < 16 {
+		t.Fatalf("fetch answered at v%d, the test needs v16", fr.Version)
+	}
+	fpr := fr.Topics[0].Partitions[0]
+	var fnodes []int32
+	for _, e := range fr.Brokers {
+		fnodes = append(fnodes, e.NodeID)
+		if e.Host != "127.0.0.1" || e.Port != 1 {
+			t.Fatalf("fetch: endpoint %+v, want 127.0.0.1:1", e)
+		}
+	}
+	want("fetch", fpr.ErrorCode, fpr.CurrentLeader.LeaderID, fpr.CurrentLeader.LeaderEpoch, fnodes)
+
+	p := kmsg.NewPtrProduceRequest()
+	p.Acks, p.TimeoutMillis = -1, 5000
+	pt := kmsg.NewProduceRequestTopic()
+	pt.Topic = "nl"
+	pp := kmsg.NewProduceRequestTopicPartition()
+	pp.Partition = 0
+	pp.Records = []byte{1, 2, 3} // refused before the records are read
+	pt.Partitions = append(pt.Partitions, pp)
+	p.Topics = append(p.Topics, pt)
+	pr, err := p.RequestWith(ctx, cl.Broker(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ppr := pr.Topics[0].Partitions[0]
+	var pnodes []int32
+	for _, e := range pr.Brokers {
+		pnodes = append(pnodes, e.NodeID)
+	}
+	want("produce", ppr.ErrorCode, ppr.CurrentLeader.LeaderID, ppr.CurrentLeader.LeaderEpoch, pnodes)
+}
+
+// TestOffsetForLeaderEpochAnswersFromTheEpochHistory: a partition led here
+// at epoch 0 (offsets 0..2), then away, then here again at epoch 2 (3..4):
+// epoch 0 ends at 3, epoch 1 (never led) is answered as epoch 0, the
+// current epoch ends at the log end; an old current epoch is fenced.
+func TestOffsetForLeaderEpochAnswersFromTheEpochHistory(t *testing.T) {
+	b, m := startMovable(t)
+	cl := client(t, b)
+	createTopic(t, cl, "oe", 1, nil)
+	produceN(t, cl, "oe", 3)
+	m.moveAway()
+	m.moveTo(0)
+	fresh := client(t, b) // the first client still believes epoch 0
+	produceN(t, fresh, "oe", 2)
+
+	ask := func(current, epoch int32) kmsg.OffsetForLeaderEpochResponseTopicPartition {
+		t.Helper()
+		req := kmsg.NewPtrOffsetForLeaderEpochRequest()
+		req.ReplicaID = -1
+		rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
+		rt.Topic = "oe"
+		rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+		rp.Partition, rp.CurrentLeaderEpoch, rp.LeaderEpoch = 0, current, epoch
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := req.RequestWith(ctx, fresh.Broker(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Topics[0].Partitions[0]
+	}
+	for _, c := range []struct {
+		current, epoch, wantEpoch int32
+		wantEnd                   int64
+	}{
+		{-1, 0, 0, 3},
+		{2, 1, 0, 3},
+		{2, 2, 2, 5},
+		{-1, 3, -1, -1},
+	} {
+		p := ask(c.current, c.epoch)
+		if p.ErrorCode != 0 || p.LeaderEpoch != c.wantEpoch || p.EndOffset != c.wantEnd {
+			t.Errorf("epoch %d: error %v, (%d, %d), want (%d, %d)", c.epoch, kerr.ErrorForCode(p.ErrorCode), p.LeaderEpoch, p.EndOffset, c.wantEpoch, c.wantEnd)
+		}
+	}
+	if p := ask(1, 0); kerr.ErrorForCode(p.ErrorCode) != kerr.FencedLeaderEpoch {
+		t.Errorf("current epoch 1 at a leader of epoch 2: %v, want FENCED_LEADER_EPOCH", kerr.ErrorForCode(p.ErrorCode))
+	}
+	m.moveAway()
+	if p := ask(-1, 0); kerr.ErrorForCode(p.ErrorCode) != kerr.NotLeaderForPartition {
+		t.Errorf("after moving away: %v, want NOT_LEADER_OR_FOLLOWER", kerr.ErrorForCode(p.ErrorCode))
+	}
+}
+
+// TestCloseWaitsOutParkedFetches: a broker stopping (the end of a drain,
+// or a single broker's SIGTERM) answers the fetches parked on it at once
+// with what it has; it used to wait for each one's max wait, so a stop
+// with a consumer attached took up to that long (and longer than the
+// stop's own deadline with a long max wait).
+func TestCloseWaitsOutParkedFetches(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{ID: 0, DataDir: dir, Listen: "127.0.0.1:0", Logger: testLogger(t)}
+	b := newBroker(t, cfg, nil)
+	if err := b.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- b.Serve() }()
+	cl := client(t, b)
+	createTopic(t, cl, "cw", 1, nil)
+	td, err := kadm.NewClient(cl).ListTopics(context.Background(), "cw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := kmsg.NewPtrFetchRequest()
+	req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.SessionEpoch = 60_000, 1, 1<<20, -1
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic, rt.TopicID = "cw", td["cw"].ID
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch = 0, 1<<20, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	answered := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		_, err := req.RequestWith(ctx, cl.Broker(0))
+		answered <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // let the fetch park
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := b.Close(ctx); err != nil {
+		t.Fatalf("close with a fetch parked for 60 s: %v", err)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	if err := <-answered; err != nil {
+		t.Fatalf("the parked fetch got no answer: %v", err)
 	}
 }
