@@ -60,24 +60,34 @@ func (b *Broker) handleFetch(ctx context.Context, c *conn, req wire.Request) fun
 		}
 	}
 	return func() kmsg.Response {
-		wait := time.Duration(r.MaxWaitMillis) * time.Millisecond
-		deadline := time.Now().Add(wait)
-		timer := time.NewTimer(wait)
-		defer timer.Stop()
-		for {
-			woken := b.hw.wait() // taken before reading, so no advance is missed
-			resp, size, errs := b.fetchOnce(r)
-			if size >= int(r.MinBytes) || errs || r.MaxWaitMillis <= 0 || !time.Now().Before(deadline) {
-				return resp
-			}
-			select {
-			case <-woken:
-			case <-timer.C:
-				resp, _, _ = b.fetchOnce(r)
-				return resp
-			case <-ctx.Done():
-				return resp
-			}
+		resp := b.longPoll(ctx, r)
+		b.hintFetch(r, resp)
+		return resp
+	}
+}
+
+// longPoll answers a fetch once min bytes are there, an error is, max wait
+// passed or the request is abandoned.
+func (b *Broker) longPoll(ctx context.Context, r *kmsg.FetchRequest) *kmsg.FetchResponse {
+	wait := time.Duration(r.MaxWaitMillis) * time.Millisecond
+	deadline := time.Now().Add(wait)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		woken := b.hw.wait() // taken before reading, so no advance is missed
+		resp, size, errs := b.fetchOnce(r)
+		if size >= int(r.MinBytes) || errs || r.MaxWaitMillis <= 0 || !time.Now().Before(deadline) {
+			return resp
+		}
+		select {
+		case <-woken:
+		case <-timer.C:
+			resp, _, _ = b.fetchOnce(r)
+			return resp
+		case <-ctx.Done():
+			return resp
+		case <-b.closing:
+			return resp
 		}
 	}
 }

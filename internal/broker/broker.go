@@ -181,7 +181,9 @@ type Broker struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // background goroutines owned by the broker
+	// closing is closed when Close begins: parked fetches answer at once.
+	closing chan struct{}
+	wg      sync.WaitGroup // background goroutines owned by the broker
 
 	closeOnce sync.Once
 	closeErr  error
@@ -226,7 +228,7 @@ func New(cfg Config) (*Broker, error) {
 		cfg: cfg, log: log, topics: reg, clusterID: cid,
 		pids:  newPIDAllocator(volume.ProducerIDsDir(cfg.DataDir), cfg.ID),
 		parts: map[tp]*partition{}, opening: map[tp]chan struct{}{},
-		ctx: ctx, cancel: cancel,
+		ctx: ctx, cancel: cancel, closing: make(chan struct{}),
 	}
 	if b.cfg.Cluster == nil {
 		b.cfg.Cluster = single{b}
@@ -383,6 +385,7 @@ func (b *Broker) Close(ctx context.Context) error {
 }
 
 func (b *Broker) close(ctx context.Context) error {
+	close(b.closing)
 	b.srvMu.Lock()
 	srv := b.srv
 	b.srvMu.Unlock()
