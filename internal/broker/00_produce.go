@@ -88,6 +88,7 @@ func (b *Broker) handleProduce(_ context.Context, c *conn, req wire.Request) fun
 		return func() kmsg.Response { return nil }
 	}
 	if len(toSync) == 0 {
+		b.hintProduce(r, resp)
 		return now(resp)
 	}
 	return func() kmsg.Response {
@@ -115,6 +116,7 @@ func (b *Broker) handleProduce(_ context.Context, c *conn, req wire.Request) fun
 			}()
 		}
 		wg.Wait()
+		b.hintProduce(r, resp)
 		return resp
 	}
 }

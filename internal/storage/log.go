@@ -249,3 +249,35 @@ func Remove(dir string) error {
 	}
 	return syncDir(filepath.Dir(dir))
 }
+
+// EpochEnd answers OffsetForLeaderEpoch (KIP-101, KIP-320) from the log's
+// leader-epoch history: for the requested epoch, the largest epoch in the
+// history not above it and the offset where that epoch's records end (the
+// start of the next epoch, or the log end offset for the latest epoch).
+// An epoch older than the whole history ends where the history's first
+// epoch starts; an epoch newer than the latest, or -1, is unknown: (-1, -1).
+func (l *Log) EpochEnd(requested int32) (epoch int32, end int64) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	h := l.history
+	if requested < 0 || len(h) == 0 {
+		return -1, -1
+	}
+	if last := h[len(h)-1]; requested == last.Epoch {
+		return requested, l.leo.Load()
+	}
+	next := -1 // the first entry above the requested epoch
+	for i, e := range h {
+		if e.Epoch > requested {
+			next = i
+			break
+		}
+	}
+	switch {
+	case next < 0: // newer than anything this log was led at
+		return -1, -1
+	case next == 0:
+		return requested, h[0].StartOffset
+	}
+	return h[next-1].Epoch, h[next].StartOffset
+}

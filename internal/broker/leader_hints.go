@@ -1,0 +1,109 @@
+package broker
+
+// Leader hints (KIP-951): a Produce or Fetch answer that refuses a
+// partition because this broker does not lead it (NOT_LEADER_OR_FOLLOWER,
+// FENCED_LEADER_EPOCH) names the partition's current leader and epoch, and
+// lists that leader's endpoint, so a client moves to it without a metadata
+// round trip. Kafka fills them from Fetch v12 / Produce v10 (endpoints from
+// Fetch v16); older versions do not carry the fields and get nothing.
+
+import (
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// movedAway reports whether an error code is one a leader hint goes with.
+func movedAway(code int16) bool {
+	return code == kerr.NotLeaderForPartition.Code || code == kerr.FencedLeaderEpoch.Code
+}
+
+// leaderHint is where a partition is led now; ok is false when the
+// assignment names no leader (nothing to hint).
+func (b *Broker) leaderHint(topic string, idx int32) (node, epoch int32, ok bool) {
+	if topic == "" {
+		return -1, -1, false
+	}
+	node, epoch, ok = b.cfg.Cluster.Leader(topic, idx)
+	return node, epoch, ok && node >= 0
+}
+
+// endpoints lists the brokers among nodes that clients may connect to.
+func (b *Broker) endpoints(nodes map[int32]bool) []BrokerInfo {
+	var out []BrokerInfo
+	if len(nodes) == 0 {
+		return nil
+	}
+	for _, bi := range b.cfg.Cluster.Brokers() {
+		if nodes[bi.NodeID] {
+			out = append(out, bi)
+		}
+	}
+	return out
+}
+
+// hintFetch fills CurrentLeader (v12+) and the leaders' endpoints (v16+).
+func (b *Broker) hintFetch(r *kmsg.FetchRequest, resp *kmsg.FetchResponse) {
+	if r.Version < 12 {
+		return
+	}
+	nodes := map[int32]bool{}
+	for i := range resp.Topics {
+		st := &resp.Topics[i]
+		name := st.Topic
+		if r.Version >= 13 {
+			if t, ok := b.topics.ByID(st.TopicID); ok {
+				name = t.Name
+			}
+		}
+		for j := range st.Partitions {
+			sp := &st.Partitions[j]
+			if !movedAway(sp.ErrorCode) {
+				continue
+			}
+			if node, epoch, ok := b.leaderHint(name, sp.Partition); ok {
+				sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = node, epoch
+				nodes[node] = true
+			}
+		}
+	}
+	if r.Version < 16 {
+		return
+	}
+	for _, bi := range b.endpoints(nodes) {
+		e := kmsg.NewFetchResponseBroker()
+		e.NodeID, e.Host, e.Port = bi.NodeID, bi.Host, bi.Port
+		if bi.Rack != "" {
+			e.Rack = &bi.Rack
+		}
+		resp.Brokers = append(resp.Brokers, e)
+	}
+}
+
+// hintProduce fills CurrentLeader and the leaders' endpoints (v10+).
+func (b *Broker) hintProduce(r *kmsg.ProduceRequest, resp *kmsg.ProduceResponse) {
+	if r.Version < 10 {
+		return
+	}
+	nodes := map[int32]bool{}
+	for i := range resp.Topics {
+		st := &resp.Topics[i]
+		for j := range st.Partitions {
+			sp := &st.Partitions[j]
+			if !movedAway(sp.ErrorCode) {
+				continue
+			}
+			if node, epoch, ok := b.leaderHint(st.Topic, sp.Partition); ok {
+				sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = node, epoch
+				nodes[node] = true
+			}
+		}
+	}
+	for _, bi := range b.endpoints(nodes) {
+		e := kmsg.NewProduceResponseBroker()
+		e.NodeID, e.Host, e.Port = bi.NodeID, bi.Host, bi.Port
+		if bi.Rack != "" {
+			e.Rack = &bi.Rack
+		}
+		resp.Brokers = append(resp.Brokers, e)
+	}
+}
