@@ -252,7 +252,9 @@ func (s *fakeShell) advance(d time.Duration, visit func(TimerArm, Output)) {
 		if !ok {
 			break
 		}
-		s.now = a.At
+		if a.At.After(s.now) { // a timer overdue (time ran on without firing) fires now
+			s.now = a.At
+		}
 		delete(s.timers, a.Key)
 		out := s.g.Timer(s.now, a.Key, a.Seq)
 		if visit != nil {
@@ -261,6 +263,18 @@ func (s *fakeShell) advance(d time.Duration, visit func(TimerArm, Output)) {
 		s.apply(out)
 	}
 	s.now = until
+}
+
+// fire fires the slot key now, whatever its deadline, and returns the
+// Output (not yet applied). It reports false if the shell holds no timer
+// in that slot.
+func (s *fakeShell) fire(key TimerKey) (Output, bool) {
+	a, ok := s.timers[key]
+	if !ok {
+		return Output{}, false
+	}
+	delete(s.timers, key)
+	return s.g.Timer(s.now, key, a.Seq), true
 }
 
 func sortedRefs(m map[any]string) []string {

@@ -87,7 +87,9 @@ func (s *Snapshot) validate() error {
 			return fmt.Errorf("member %q: timeouts %v/%v", m.MemberID, m.SessionTimeout, m.RebalanceTimeout)
 		case len(m.Protocols) == 0:
 			return fmt.Errorf("member %q without protocols", m.MemberID)
-		case s.HasProtocol && !hasProtocol(m.Protocols, s.Protocol):
+		case s.HasProtocol && !s.Rebalancing && !hasProtocol(m.Protocols, s.Protocol):
+			// Only a settled generation: mid-rebalance a member may have
+			// rejoined without the last generation's protocol.
 			return fmt.Errorf("member %q does not support protocol %q", m.MemberID, s.Protocol)
 		}
 		ids[m.MemberID] = true

@@ -3,6 +3,7 @@ package group
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -217,5 +218,59 @@ func TestHeartbeatsAndCommitsNeverAskForAWrite(t *testing.T) {
 	}
 	if out := g.Unload(); out.Persist {
 		t.Fatal("unloading asked for a membership write")
+	}
+}
+
+// TestRestoreOfARebalanceWhereAMemberDroppedTheOldProtocol: during a
+// rebalance a member may rejoin without the protocol of the last
+// generation (it keeps one that every member supports). A leave then
+// writes that snapshot, and Restore refused it ("member does not support
+// protocol"): the group's next coordinator ignored the membership, started
+// the group Empty and answered its members UNKNOWN_MEMBER_ID. Found by
+// TestMoveKeepsTheGroup.
+func TestRestoreOfARebalanceWhereAMemberDroppedTheOldProtocol(t *testing.T) {
+	cfg := snapCfg()
+	cfg.InitialRebalanceDelay = 0
+	g := New("g", cfg)
+	both := []Protocol{{Name: "range", Metadata: consumerMeta("orders")}, {Name: "rr"}}
+	joinTo := func(g *Group, id, client string, ps []Protocol) []JoinResult {
+		return g.Join(t0, JoinInput{Ref: client, Version: 3, MemberID: id, ProtocolType: "consumer", Protocols: ps,
+			SessionTimeout: 10 * time.Second, RebalanceTimeout: 30 * time.Second, ClientID: client}).Joins
+	}
+	ids := map[any]string{}
+	c1 := joinTo(g, "", "c1", both)[0].MemberID // generation 1 at once (no initial delay)
+	g.Sync(t0, SyncInput{Ref: "s1", MemberID: c1, Generation: 1})
+	joinTo(g, "", "c2", both)
+	joinTo(g, "", "c3", both)
+	for _, j := range joinTo(g, c1, "c1", both) {
+		ids[j.Ref] = j.MemberID
+	}
+	g.Sync(t0, SyncInput{Ref: "s2", MemberID: c1, Generation: 2})
+	if g.State() != Stable || g.Generation() != 2 || g.Members() != 3 || g.Protocol() != "range" {
+		t.Fatalf("%s generation %d, %d members, protocol %q", g.State(), g.Generation(), g.Members(), g.Protocol())
+	}
+	// c1 rejoins with "rr" only; c2 leaves while c3 has not rejoined: a
+	// write, mid-rebalance.
+	joinTo(g, c1, "c1", []Protocol{{Name: "rr"}})
+	if out := g.Leave(t0, LeaveInput{Ref: "l", Version: 3, Members: []LeaveMember{{MemberID: ids["c2"]}}}); !out.Persist || g.State() != PreparingRebalance {
+		t.Fatalf("the leave: persist %v, %s", out.Persist, g.State())
+	}
+	snap := g.Snapshot()
+	h := New("g", snapCfg())
+	if _, err := h.Restore(t0, snap); err != nil {
+		t.Fatalf("the written snapshot does not load: %v", err)
+	}
+	want := snap // loaded mid-rebalance: the assignments are cleared
+	want.Members = slices.Clone(snap.Members)
+	for i := range want.Members {
+		want.Members[i].Assignment = nil
+	}
+	if h.State() != PreparingRebalance || !reflect.DeepEqual(h.Snapshot(), want) {
+		t.Fatalf("loaded %s\n%+v\nwant\n%+v", h.State(), h.Snapshot(), want)
+	}
+	// Both rejoin with their ids: the next generation forms, with "rr".
+	joins := append(joinTo(h, c1, "c1", []Protocol{{Name: "rr"}}), joinTo(h, ids["c3"], "c3", both)...)
+	if len(joins) != 2 || joins[0].Err != ErrNone || joins[1].Err != ErrNone || h.Generation() != 3 || h.Protocol() != "rr" {
+		t.Fatalf("rejoins after the load: %+v, generation %d, protocol %q", joins, h.Generation(), h.Protocol())
 	}
 }
