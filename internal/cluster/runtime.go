@@ -269,17 +269,32 @@ func (r *Runtime) Poke() {
 
 // Drain marks this broker draining and waits until the applied assignment
 // gives it no partition and the routing no longer sends it groups (its row
-// is no longer alive), or ctx ends.
+// is no longer alive), then lingers (see below), or until ctx ends.
+//
+// The linger: the broker keeps answering until every broker acts on the
+// hand-off (Settled), so that FindCoordinator and Metadata at any broker
+// point past this one, and one poll more for requests already on their way.
+// Those get NOT_COORDINATOR or NOT_LEADER_OR_FOLLOWER naming the new leader
+// (KIP-951) instead of a refused connection, and clients move at once. The
+// linger is bounded by DeadAfter.
 func (r *Runtime) Drain(ctx context.Context) error {
 	r.state.Store(StateDraining)
 	r.Poke()
 	r.log.Info("draining: handing partitions and groups to other brokers")
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
+	var handed time.Time
 	for {
 		a := r.Current()
 		if a != nil && !a.IsAlive(r.cfg.ID) && !leadsAny(a, r.cfg.ID) {
-			return nil
+			if handed.IsZero() {
+				handed = time.Now()
+				r.log.Info("draining: handed off; answering until every broker acts on it", "epoch", a.ControllerEpoch, "version", a.AssignmentVersion)
+			}
+			since := time.Since(handed)
+			if (since >= r.cfg.PollInterval && r.Settled(a)) || since >= r.cfg.DeadAfter {
+				return nil
+			}
 		}
 		if a != nil && !othersAlive(a, r.cfg.ID) {
 			r.log.Warn("draining: no other alive broker to take over; stopping anyway")
