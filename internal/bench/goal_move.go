@@ -790,6 +790,7 @@ func (l *kgoLog) Log(level kgo.LogLevel, msg string, kv ...any) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s", level, msg)
 	var retry []string
+	answer, connErr := "", false // of a "retrying request" line
 	for i := 0; i+1 < len(kv); i += 2 {
 		v := fmt.Sprint(kv[i+1])
 		fmt.Fprintf(&b, " %v=%s", kv[i], v)
@@ -798,22 +799,23 @@ func (l *kgoLog) Log(level kgo.LogLevel, msg string, kv ...any) {
 		if strings.HasPrefix(msg, "handled ") && kv[i] == "reloading" && v != "map[]" {
 			retry = append(retry, strings.TrimSuffix(strings.TrimPrefix(msg, "handled "), " results")+" load failed")
 		}
-		if msg != "retrying request" {
+		if msg != "retrying request" || (kv[i] != "response_error" && kv[i] != "request_error") {
 			continue
 		}
-		err, ok := kv[i+1].(error)
-		if !ok || err == nil {
-			continue
+		if err, ok := kv[i+1].(error); ok && err != nil {
+			var ke *kerr.Error
+			if errors.As(err, &ke) {
+				answer = ke.Message
+			} else {
+				connErr = true // a dial or read error, not an answer
+			}
 		}
-		var ke *kerr.Error
-		switch {
-		case kv[i] == "response_error" && errors.As(err, &ke):
-			retry = append(retry, ke.Message)
-		case kv[i] == "response_error":
-			retry = append(retry, err.Error())
-		case kv[i] == "request_error":
-			retry = append(retry, "connection error")
-		}
+	}
+	switch {
+	case answer != "":
+		retry = append(retry, answer)
+	case connErr:
+		retry = append(retry, "connection error")
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
