@@ -297,3 +297,49 @@ func TestCloseWaitsOutParkedFetches(t *testing.T) {
 		t.Fatalf("the parked fetch got no answer: %v", err)
 	}
 }
+
+// TestNewLeaderBehindTheClientCatchesUpBeforeAnswering: a client that
+// learnt of a move (a KIP-951 hint, newer metadata) may reach the new
+// leader before that broker has applied the assignment naming it. A request
+// carrying a current leader epoch newer than the broker knows waits for
+// the assignment to catch up (briefly) instead of answering
+// NOT_LEADER_OR_FOLLOWER: franz-go waits a whole second before retrying a
+// failed OffsetForLeaderEpoch, which stalled every drain's consumers.
+// An epoch that never arrives is answered UNKNOWN_LEADER_EPOCH.
+func TestNewLeaderBehindTheClientCatchesUpBeforeAnswering(t *testing.T) {
+	b, m := startMovable(t)
+	cl := client(t, b)
+	createTopic(t, cl, "cu", 1, nil)
+	produceN(t, cl, "cu", 3)
+	m.moveAway() // epoch 1 elsewhere; the client will know of epoch 2 here
+
+	ask := func(current int32) kmsg.OffsetForLeaderEpochResponseTopicPartition {
+		t.Helper()
+		req := kmsg.NewPtrOffsetForLeaderEpochRequest()
+		req.ReplicaID = -1
+		rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
+		rt.Topic = "cu"
+		rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+		rp.Partition, rp.CurrentLeaderEpoch, rp.LeaderEpoch = 0, current, 0
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := req.RequestWith(ctx, cl.Broker(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Topics[0].Partitions[0]
+	}
+	go func() {
+		time.Sleep(150 * time.Millisecond)
+		m.moveTo(0) // epoch 2, here: the broker applies it while the request waits
+	}()
+	if p := ask(2); p.ErrorCode != 0 || p.LeaderEpoch != 0 || p.EndOffset != 3 {
+		t.Fatalf("asked with the newer epoch before the broker applied it: %v, (%d, %d), want (0, 3)",
+			kerr.ErrorForCode(p.ErrorCode), p.LeaderEpoch, p.EndOffset)
+	}
+	if p := ask(99); kerr.ErrorForCode(p.ErrorCode) != kerr.UnknownLeaderEpoch {
+		t.Fatalf("an epoch that never comes: %v, want UNKNOWN_LEADER_EPOCH", kerr.ErrorForCode(p.ErrorCode))
+	}
+}
