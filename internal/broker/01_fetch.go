@@ -60,10 +60,39 @@ func (b *Broker) handleFetch(ctx context.Context, c *conn, req wire.Request) fun
 		}
 	}
 	return func() kmsg.Response {
+		b.catchUp(ctx, b.fetchEpochs(r))
 		resp := b.longPoll(ctx, r)
 		b.hintFetch(r, resp)
 		return resp
 	}
+}
+
+// fetchEpochs lists the partitions whose current leader epoch the client
+// knows newer than this broker does (catchUp).
+func (b *Broker) fetchEpochs(r *kmsg.FetchRequest) map[string]map[int32]int32 {
+	var want map[string]map[int32]int32
+	for _, rt := range r.Topics {
+		name := rt.Topic
+		if r.Version >= 13 {
+			t, ok := b.topics.ByID(rt.TopicID)
+			if !ok {
+				continue
+			}
+			name = t.Name
+		}
+		for _, rp := range rt.Partitions {
+			if b.behind(name, rp.Partition, rp.CurrentLeaderEpoch) {
+				if want == nil {
+					want = map[string]map[int32]int32{}
+				}
+				if want[name] == nil {
+					want[name] = map[int32]int32{}
+				}
+				want[name][rp.Partition] = rp.CurrentLeaderEpoch
+			}
+		}
+	}
+	return want
 }
 
 // longPoll answers a fetch once min bytes are there, an error is, max wait

@@ -17,8 +17,29 @@ import (
 
 func init() { register(kmsg.OffsetForLeaderEpoch, 2, 4, (*Broker).handleOffsetForLeaderEpoch) }
 
-func (b *Broker) handleOffsetForLeaderEpoch(_ context.Context, _ *conn, req wire.Request) func() kmsg.Response {
+func (b *Broker) handleOffsetForLeaderEpoch(ctx context.Context, _ *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.OffsetForLeaderEpochRequest)
+	want := map[string]map[int32]int32{}
+	for _, rt := range r.Topics {
+		for _, rp := range rt.Partitions {
+			if b.behind(rt.Topic, rp.Partition, rp.CurrentLeaderEpoch) {
+				if want[rt.Topic] == nil {
+					want[rt.Topic] = map[int32]int32{}
+				}
+				want[rt.Topic][rp.Partition] = rp.CurrentLeaderEpoch
+			}
+		}
+	}
+	if len(want) == 0 {
+		return now(b.offsetForLeaderEpoch(r))
+	}
+	return func() kmsg.Response {
+		b.catchUp(ctx, want)
+		return b.offsetForLeaderEpoch(r)
+	}
+}
+
+func (b *Broker) offsetForLeaderEpoch(r *kmsg.OffsetForLeaderEpochRequest) *kmsg.OffsetForLeaderEpochResponse {
 	resp := r.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
 	for _, rt := range r.Topics {
 		st := kmsg.NewOffsetForLeaderEpochResponseTopic()
@@ -40,5 +61,5 @@ func (b *Broker) handleOffsetForLeaderEpoch(_ context.Context, _ *conn, req wire
 		}
 		resp.Topics = append(resp.Topics, st)
 	}
-	return now(resp)
+	return resp
 }

@@ -178,6 +178,7 @@ type Broker struct {
 	parts   map[tp]*partition
 	opening map[tp]chan struct{} // closed when the partition's open finished
 	hw      notifier             // wakes long-polling fetches when a high watermark moves
+	applied notifier             // wakes requests waiting for a newer assignment (catchUp)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -543,9 +544,13 @@ func (b *Broker) logOptions(t *topics.Topic, epoch int32) storage.Options {
 }
 
 // AssignmentChanged tells the broker that leadership may have moved: it
-// closes the logs of partitions it no longer leads at their epoch and wakes
-// the fetches parked on them.
-func (b *Broker) AssignmentChanged() { b.dropStalePartitions() }
+// closes the logs of partitions it no longer leads at their epoch, wakes
+// the fetches parked on them and the requests waiting to catch up with a
+// client (catchUp).
+func (b *Broker) AssignmentChanged() {
+	b.dropStalePartitions()
+	b.applied.broadcast()
+}
 
 // dropStalePartitions closes logs of deleted topics and of partitions this
 // broker no longer leads.

@@ -84,6 +84,14 @@ func (v *view) Leader(topic string, partition int32) (int32, int32, bool) {
 	return ls[partition].node, ls[partition].epoch, true
 }
 
+// Refresh asks the cluster runtime to look for a newer assignment now
+// (broker.Refresher: a client knows of a move this broker has not applied).
+func (v *view) Refresh() {
+	if v.rt != nil {
+		v.rt.Poke()
+	}
+}
+
 // Ready implements the broker's readiness check: an applied assignment
 // lists this broker alive.
 func (v *view) Ready() bool {
