@@ -122,8 +122,12 @@ type Options struct {
 	// file system, each its own client. DataDir is then the path the test
 	// itself reads (default DataDirs[0]).
 	DataDirs []string
-	Args     []string // extra flags for every broker
-	Env      []string // extra KEY=value environment for every broker
+	// Advertise, when set, is the address each broker tells clients
+	// (--advertise; Advertise[i] for broker i): a forwarder's in front of
+	// it, such as a wiretap.Tap.
+	Advertise []string
+	Args      []string // extra flags for every broker
+	Env       []string // extra KEY=value environment for every broker
 }
 
 // Cluster is N kaas broker processes over one data dir.
@@ -189,6 +193,9 @@ func New(t testing.TB, opts Options) *Cluster {
 	dataDir := opts.DataDir
 	if len(opts.DataDirs) > 0 && len(opts.DataDirs) != opts.Brokers {
 		t.Fatalf("proctest: %d data dirs for %d brokers", len(opts.DataDirs), opts.Brokers)
+	}
+	if len(opts.Advertise) > 0 && len(opts.Advertise) != opts.Brokers {
+		t.Fatalf("proctest: %d advertised addresses for %d brokers", len(opts.Advertise), opts.Brokers)
 	}
 	switch {
 	case dataDir != "":
@@ -325,6 +332,9 @@ func (b *Broker) Start() error {
 	args := []string{"broker", "--id", strconv.Itoa(int(b.ID)), "--data-dir", dir,
 		"--listen", b.Addr, "--dead-after", o.DeadAfter.String(),
 		"--report-interval", o.ReportInterval.String(), "--log-format", "json"}
+	if len(o.Advertise) > 0 {
+		args = append(args, "--advertise", o.Advertise[b.ID])
+	}
 	args = append(args, o.Args...)
 	f, err := os.OpenFile(b.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

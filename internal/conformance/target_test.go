@@ -1,0 +1,166 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/kaas-dev/kaas/internal/proctest"
+	"github.com/kaas-dev/kaas/internal/wiretap"
+)
+
+// harnessClient is the client id of the suite's own admin client: its
+// group requests (the offset sampler's OffsetFetch, FindCoordinator) are
+// not the members' and the taps' recorder leaves them out.
+const harnessClient = "conformance-harness"
+
+// node is one broker process of the cluster under test.
+type node interface {
+	id() int32
+	start() error
+	kill() error                           // SIGKILL, waits for the exit
+	terminate(timeout time.Duration) error // SIGTERM; must exit 0 by itself
+	stop() error                           // SIGSTOP
+	cont() error                           // SIGCONT
+	running() bool
+	stopped() bool
+}
+
+// cluster is the cluster under test: three broker processes, each behind a
+// wire tap on 127.0.0.1 whose address it advertises, so that every client
+// connection goes through a tap and the recorder sees the group's answers.
+type cluster struct {
+	kaas      *proctest.Cluster // the kaas processes; nil for another target
+	nodes     []*tapped
+	rec       *wiretap.Recorder
+	deadAfter time.Duration // the brokers' liveness timeout
+	// controller names the node acting as controller.
+	controller func(ctx context.Context, adm *kadm.Client) (int32, error)
+}
+
+// tapped is a node and its tap: the tap goes down with the process (a
+// killed or stopped broker refuses connections and its open ones end) and
+// up before it starts, so the clients see what they would without it.
+type tapped struct {
+	n   node
+	tap *wiretap.Tap
+}
+
+func (b *tapped) id() int32     { return b.n.id() }
+func (b *tapped) running() bool { return b.n.running() }
+func (b *tapped) stopped() bool { return b.n.stopped() }
+func (b *tapped) stop() error   { return b.n.stop() }
+func (b *tapped) cont() error   { return b.n.cont() }
+
+func (b *tapped) start() error {
+	if err := b.tap.Up(); err != nil {
+		return err
+	}
+	return b.n.start()
+}
+
+func (b *tapped) kill() error {
+	err := b.n.kill()
+	b.tap.Down()
+	return err
+}
+
+func (b *tapped) terminate(timeout time.Duration) error {
+	err := b.n.terminate(timeout)
+	b.tap.Down()
+	return err
+}
+
+func (c *cluster) node(id int32) *tapped {
+	for _, b := range c.nodes {
+		if b.id() == id {
+			return b
+		}
+	}
+	return nil
+}
+
+// addrs are the taps' addresses, what clients bootstrap from.
+func (c *cluster) addrs() []string {
+	var out []string
+	for _, b := range c.nodes {
+		out = append(out, b.tap.Addr())
+	}
+	return out
+}
+
+// decodeFailures sums the taps' frames not decoded.
+func (c *cluster) decodeFailures() int64 {
+	var n int64
+	for _, b := range c.nodes {
+		n += b.tap.DecodeFailures()
+	}
+	return n
+}
+
+// startTaps starts one tap per broker address on the given ports; their
+// decode failures are logged to dir/taps.log.
+func startTaps(t *testing.T, dir string, targets []string, ports []int, rec *wiretap.Recorder) []*wiretap.Tap {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lf, err := os.OpenFile(filepath.Join(dir, "taps.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lf.Close() })
+	log := slog.New(slog.NewJSONHandler(lf, nil))
+	var taps []*wiretap.Tap
+	for i, target := range targets {
+		tap, err := wiretap.Start(wiretap.Config{Listen: fmt.Sprintf("127.0.0.1:%d", ports[i]), Target: target,
+			Broker: int32(i), Observe: rec.Observe, Logger: log})
+		if err != nil {
+			t.Fatalf("tap for broker %d: %v", i, err)
+		}
+		t.Cleanup(tap.Close)
+		taps = append(taps, tap)
+	}
+	return taps
+}
+
+// kaasNode is a kaas broker process.
+type kaasNode struct{ b *proctest.Broker }
+
+func (k kaasNode) id() int32                       { return k.b.ID }
+func (k kaasNode) start() error                    { return k.b.Start() }
+func (k kaasNode) kill() error                     { return k.b.Kill() }
+func (k kaasNode) terminate(d time.Duration) error { return k.b.Terminate(d) }
+func (k kaasNode) stop() error                     { return k.b.Stop() }
+func (k kaasNode) cont() error                     { return k.b.Cont() }
+func (k kaasNode) running() bool                   { return k.b.Running() }
+func (k kaasNode) stopped() bool                   { return k.b.Stopped() }
+
+// startKaas starts three kaas processes, each advertising its tap.
+func startKaas(t *testing.T, opts proctest.Options, dir, group string) *cluster {
+	t.Helper()
+	opts.Brokers, opts.LogDir = 3, filepath.Join(dir, "brokers")
+	ports := make([]int, opts.Brokers)
+	for i := range ports {
+		ports[i] = proctest.FreePort(t)
+		opts.Advertise = append(opts.Advertise, fmt.Sprintf("127.0.0.1:%d", ports[i]))
+	}
+	pc := proctest.New(t, opts)
+	rec := wiretap.NewRecorder(group, harnessClient)
+	taps := startTaps(t, dir, pc.Addrs(), ports, rec)
+	c := &cluster{kaas: pc, rec: rec, deadAfter: pc.Opts.DeadAfter,
+		controller: func(ctx context.Context, adm *kadm.Client) (int32, error) { return pc.Controller(ctx, adm) }}
+	for i, b := range pc.Brokers {
+		c.nodes = append(c.nodes, &tapped{n: kaasNode{b}, tap: taps[i]})
+	}
+	if err := pc.StartAll(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
