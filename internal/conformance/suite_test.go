@@ -117,7 +117,7 @@ func writeResults() error {
 		mode = "long"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "# kaas conformance results (%s mode, %s)\n\n", mode, time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "# %s conformance results (%s mode, %s)\n\n", targetName(), mode, time.Now().UTC().Format(time.RFC3339))
 	b.WriteString("| client | scenario | result | failover (kill → consuming again) | generation before → after the failure | rebalances | UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION / REBALANCE_IN_PROGRESS seen | NOT_COORDINATOR seen | longest pause per move | records consumed twice | took | notes |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		fo := "–"
@@ -346,7 +346,12 @@ func newRun(t *testing.T, drv driver, scenario string, v volume) *run {
 	_ = os.RemoveAll(dir)
 	opts, stalls := volumeOptions(t, v, name)
 	group := "g-" + nameRE.ReplaceAllString(drv.name, "_")
-	c := startKaas(t, opts, dir, group)
+	var c *cluster
+	if reference() {
+		c = startKafka(t, dir, group)
+	} else {
+		c = startKaas(t, opts, dir, group)
+	}
 	r := &run{t: t, drv: drv, c: c, group: group, dir: dir,
 		downed: map[int32]bool{}, stalls: stalls,
 		began: time.Now(), got: newConsumed(), members: map[int]member{}, committed: map[int32]int64{},
@@ -360,7 +365,7 @@ func newRun(t *testing.T, drv driver, scenario string, v volume) *run {
 	r.adm = kadm.NewClient(r.cl)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := r.adm.CreateTopic(ctx, parts, 1, nil, topic); err != nil {
+	if _, err := r.adm.CreateTopic(ctx, parts, c.replicas, nil, topic); err != nil {
 		t.Fatalf("create topic: %v", err)
 	}
 	prod, err := proctest.StartProducer(c.addrs(), topic, parts, 20*time.Millisecond)
@@ -738,6 +743,9 @@ func TestConformance(t *testing.T) {
 // kill or freeze, and no election beyond the first and one per broker
 // killed or frozen.
 func TestConformanceOnAStallingVolume(t *testing.T) {
+	if reference() {
+		t.Skip("the stalling volume is kaas's shared folder; the reference cluster keeps a disk per node")
+	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			for _, drv := range drivers {
@@ -978,7 +986,7 @@ func (r *run) controller() int32 {
 		ctx, cancel := r.ctx(3 * time.Second)
 		defer cancel()
 		var err error
-		id, err = r.c.controller(ctx, r.adm)
+		id, err = r.c.controller(ctx, r.cl)
 		return err
 	})
 	if err != nil {

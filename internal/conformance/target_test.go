@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kaas-dev/kaas/internal/kafkaref"
 	"github.com/kaas-dev/kaas/internal/proctest"
 	"github.com/kaas-dev/kaas/internal/wiretap"
 )
@@ -40,8 +42,9 @@ type cluster struct {
 	nodes     []*tapped
 	rec       *wiretap.Recorder
 	deadAfter time.Duration // the brokers' liveness timeout
+	replicas  int16         // the test topic's replication factor
 	// controller names the node acting as controller.
-	controller func(ctx context.Context, adm *kadm.Client) (int32, error)
+	controller func(ctx context.Context, cl *kgo.Client) (int32, error)
 }
 
 // tapped is a node and its tap: the tap goes down with the process (a
@@ -130,17 +133,18 @@ func startTaps(t *testing.T, dir string, targets []string, ports []int, rec *wir
 	return taps
 }
 
-// kaasNode is a kaas broker process.
-type kaasNode struct{ b *proctest.Broker }
+// procNode is a broker process run by proctest: a kaas broker, or a node
+// of the Kafka reference cluster (kafkaref).
+type procNode struct{ b *proctest.Broker }
 
-func (k kaasNode) id() int32                       { return k.b.ID }
-func (k kaasNode) start() error                    { return k.b.Start() }
-func (k kaasNode) kill() error                     { return k.b.Kill() }
-func (k kaasNode) terminate(d time.Duration) error { return k.b.Terminate(d) }
-func (k kaasNode) stop() error                     { return k.b.Stop() }
-func (k kaasNode) cont() error                     { return k.b.Cont() }
-func (k kaasNode) running() bool                   { return k.b.Running() }
-func (k kaasNode) stopped() bool                   { return k.b.Stopped() }
+func (k procNode) id() int32                       { return k.b.ID }
+func (k procNode) start() error                    { return k.b.Start() }
+func (k procNode) kill() error                     { return k.b.Kill() }
+func (k procNode) terminate(d time.Duration) error { return k.b.Terminate(d) }
+func (k procNode) stop() error                     { return k.b.Stop() }
+func (k procNode) cont() error                     { return k.b.Cont() }
+func (k procNode) running() bool                   { return k.b.Running() }
+func (k procNode) stopped() bool                   { return k.b.Stopped() }
 
 // startKaas starts three kaas processes, each advertising its tap.
 func startKaas(t *testing.T, opts proctest.Options, dir, group string) *cluster {
@@ -154,13 +158,56 @@ func startKaas(t *testing.T, opts proctest.Options, dir, group string) *cluster 
 	pc := proctest.New(t, opts)
 	rec := wiretap.NewRecorder(group, harnessClient)
 	taps := startTaps(t, dir, pc.Addrs(), ports, rec)
-	c := &cluster{kaas: pc, rec: rec, deadAfter: pc.Opts.DeadAfter,
-		controller: func(ctx context.Context, adm *kadm.Client) (int32, error) { return pc.Controller(ctx, adm) }}
+	c := &cluster{kaas: pc, rec: rec, deadAfter: pc.Opts.DeadAfter, replicas: 1,
+		controller: func(ctx context.Context, cl *kgo.Client) (int32, error) {
+			return pc.Controller(ctx, kadm.NewClient(cl))
+		}}
 	for i, b := range pc.Brokers {
-		c.nodes = append(c.nodes, &tapped{n: kaasNode{b}, tap: taps[i]})
+		c.nodes = append(c.nodes, &tapped{n: procNode{b}, tap: taps[i]})
 	}
 	if err := pc.StartAll(); err != nil {
 		t.Fatal(err)
+	}
+	return c
+}
+
+// reference reports whether KAAS_CONFORMANCE_TARGET=kafka asks for the
+// Apache Kafka reference cluster instead of kaas.
+func reference() bool { return os.Getenv("KAAS_CONFORMANCE_TARGET") == "kafka" }
+
+// targetName names the cluster under test in the results.
+func targetName() string {
+	if reference() {
+		return "Apache Kafka " + kafkaref.Version + " (reference)"
+	}
+	return "kaas"
+}
+
+// needKafka skips (fails in CI) when the reference cluster cannot run.
+func needKafka(t *testing.T) {
+	if err := kafkaref.Available(); err != nil {
+		missing(t, "Apache Kafka "+kafkaref.Version, err)
+	}
+}
+
+// startKafka starts the reference cluster (internal/kafkaref: three KRaft
+// nodes, settings made fair in scripts/kafka-reference.sh), each node
+// advertising its tap.
+func startKafka(t *testing.T, dir, group string) *cluster {
+	t.Helper()
+	needKafka(t)
+	ports := make([]int, 3)
+	var adv []string
+	for i := range ports {
+		ports[i] = proctest.FreePort(t)
+		adv = append(adv, fmt.Sprintf("127.0.0.1:%d", ports[i]))
+	}
+	kc := kafkaref.Start(t, kafkaref.Options{Dir: filepath.Join(t.TempDir(), "kafka"), LogDir: filepath.Join(dir, "brokers"), Advertise: adv})
+	rec := wiretap.NewRecorder(group, harnessClient)
+	taps := startTaps(t, dir, kc.Addrs(), ports, rec)
+	c := &cluster{rec: rec, deadAfter: kafkaref.DeadAfter, replicas: 3, controller: kafkaref.Controller}
+	for i, b := range kc.Brokers {
+		c.nodes = append(c.nodes, &tapped{n: procNode{b}, tap: taps[i]})
 	}
 	return c
 }
