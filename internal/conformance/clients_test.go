@@ -118,7 +118,7 @@ func franz(bal kgo.GroupBalancer) func(r *run, id int, slot string) (member, err
 			return nil, err
 		}
 		opts := []kgo.Opt{
-			kgo.SeedBrokers(r.c.Addrs()...),
+			kgo.SeedBrokers(r.c.addrs()...),
 			kgo.ClientID(fmt.Sprintf("franz-%d", id)),
 			kgo.ConsumerGroup(r.group), kgo.ConsumeTopics(topic),
 			kgo.Balancers(bal),
@@ -207,7 +207,7 @@ func startSarama(r *run, id int, _ string) (member, error) {
 	cfg.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
 	cfg.Consumer.MaxWaitTime = 500 * time.Millisecond
 	cfg.Metadata.Retry.Backoff = 250 * time.Millisecond
-	g, err := sarama.NewConsumerGroup(r.c.Addrs(), r.group, cfg)
+	g, err := sarama.NewConsumerGroup(r.c.addrs(), r.group, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +238,7 @@ func startKafkaGo(r *run, id int, _ string) (member, error) {
 	}
 	logf := kafkago.LoggerFunc(func(f string, a ...any) { fmt.Fprintf(lf, time.Now().Format("15:04:05.000 ")+f+"\n", a...) })
 	rd := kafkago.NewReader(kafkago.ReaderConfig{
-		Brokers: r.c.Addrs(), GroupID: r.group, Topic: topic,
+		Brokers: r.c.addrs(), GroupID: r.group, Topic: topic,
 		StartOffset:       kafkago.FirstOffset,
 		CommitInterval:    0, // synchronous commits
 		SessionTimeout:    6 * time.Second,
@@ -365,7 +365,7 @@ func (m *procMember) kill() {
 func startPython(script string) func(r *run, id int, slot string) (member, error) {
 	return func(r *run, id int, slot string) (member, error) {
 		return startProc(r, id, []string{"PYTHONUNBUFFERED=1"}, python, "-c", script,
-			strings.Join(r.c.Addrs(), ","), topic, r.group, fmt.Sprintf("py-%d", id))
+			strings.Join(r.c.addrs(), ","), topic, r.group, fmt.Sprintf("py-%d", id))
 	}
 }
 
@@ -439,7 +439,7 @@ print("closed", file=sys.stderr, flush=True)
 // kcat -G: librdkafka's balanced consumer with auto-commit of what it
 // printed; SIGTERM makes it close the consumer (commit, leave) and exit.
 func startKcat(r *run, id int, _ string) (member, error) {
-	return startProc(r, id, nil, "kcat", "-b", strings.Join(r.c.Addrs(), ","), "-G", r.group,
+	return startProc(r, id, nil, "kcat", "-b", strings.Join(r.c.addrs(), ","), "-G", r.group,
 		"-X", fmt.Sprintf("client.id=kcat-%d", id),
 		"-X", "auto.offset.reset=earliest",
 		"-X", "auto.commit.interval.ms=200",
@@ -530,5 +530,5 @@ func startKafkajs(r *run, id int, _ string) (member, error) {
 		return nil, err
 	}
 	return startProc(r, id, []string{"NODE_PATH=" + filepath.Join(dir, "node_modules")},
-		"node", "-e", kafkajsMember, "--", strings.Join(r.c.Addrs(), ","), topic, r.group, fmt.Sprintf("kafkajs-%d", id))
+		"node", "-e", kafkajsMember, "--", strings.Join(r.c.addrs(), ","), topic, r.group, fmt.Sprintf("kafkajs-%d", id))
 }

@@ -16,5 +16,11 @@
 // table (client × scenario, with the failover time) to $KAAS_CONFORMANCE_OUT
 // or a fresh temp dir. See docs/conformance.md.
 //
-// The package has only tests; it imports proctest, never the broker.
+// Every client connection goes through a wiretap.Tap per broker, which
+// counts the group's rebalances and error codes from the wire. With
+// KAAS_CONFORMANCE_TARGET=kafka the same matrix runs against the Apache
+// Kafka 4.4.0 reference cluster (internal/kafkaref).
+//
+// The package has only tests; it imports proctest, wiretap and kafkaref,
+// never the broker.
 package conformance

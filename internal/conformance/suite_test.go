@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -55,6 +56,14 @@ type result struct {
 	// than once.
 	genBefore, genAfter int32
 	dups                int
+	// From the taps (since the failure in chaos scenarios, since the start
+	// in membership): rebalances is the distinct generations completed
+	// after the failure began (-1: not a chaos scenario); errs counts the
+	// group's answers by error code; pauses lists, per broker taken down,
+	// the longest time any partition waited to be consumed again.
+	rebalances int
+	errs       map[int16]int
+	pauses     []string
 }
 
 var (
@@ -108,8 +117,8 @@ func writeResults() error {
 		mode = "long"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "# kaas conformance results (%s mode, %s)\n\n", mode, time.Now().UTC().Format(time.RFC3339))
-	b.WriteString("| client | scenario | result | failover (kill → consuming again) | generation before → after the failure | records consumed twice | took | notes |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "# %s conformance results (%s mode, %s)\n\n", targetName(), mode, time.Now().UTC().Format(time.RFC3339))
+	b.WriteString("| client | scenario | result | failover (kill → consuming again) | generation before → after the failure | rebalances | UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION / REBALANCE_IN_PROGRESS seen | NOT_COORDINATOR seen | longest pause per move | records consumed twice | took | notes |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		fo := "–"
 		if r.failover > 0 {
@@ -124,7 +133,17 @@ func writeResults() error {
 		if r.genBefore != 0 || r.genAfter != 0 {
 			gen = fmt.Sprintf("%d → %d", r.genBefore, r.genAfter)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %s | %s |\n", r.client, r.scenario, r.status, fo, gen, r.dups, r.took.Round(time.Second), note)
+		reb := "–"
+		if r.rebalances >= 0 {
+			reb = fmt.Sprint(r.rebalances)
+		}
+		pauses := "–"
+		if len(r.pauses) > 0 {
+			pauses = strings.Join(r.pauses, ", ")
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %d / %d / %d | %d | %s | %d | %s | %s |\n", r.client, r.scenario, r.status, fo, gen,
+			reb, r.errs[errUnknownMember], r.errs[errIllegalGeneration], r.errs[errRebalancing], r.errs[errNotCoordinator],
+			pauses, r.dups, r.took.Round(time.Second), note)
 	}
 	path := filepath.Join(dir, "RESULTS.md")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
@@ -241,7 +260,7 @@ func (c *consumed) missing(acked map[int32]map[int64]string) ([]string, int) {
 type run struct {
 	t       *testing.T
 	drv     driver
-	c       *proctest.Cluster
+	c       *cluster
 	cl      *kgo.Client
 	adm     *kadm.Client
 	group   string
@@ -265,7 +284,11 @@ type run struct {
 	// genBefore is the group's generation just before a chaos scenario's
 	// failure (-1: none formed; 0: not a chaos scenario).
 	genBefore int32
-	stalls    *proctest.Stalls // the stalling volume's server, or nil
+	// failAt is when a chaos scenario's failure began (zero: none);
+	// pauses are its moves' longest waits, for the table.
+	failAt time.Time
+	pauses []string
+	stalls *proctest.Stalls // the stalling volume's server, or nil
 }
 
 var nameRE = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
@@ -322,20 +345,30 @@ func newRun(t *testing.T, drv driver, scenario string, v volume) *run {
 	dir := filepath.Join(out(), name)
 	_ = os.RemoveAll(dir)
 	opts, stalls := volumeOptions(t, v, name)
-	opts.Brokers, opts.LogDir = 3, filepath.Join(dir, "brokers")
-	c := proctest.Start(t, opts)
-	r := &run{t: t, drv: drv, c: c, group: "g-" + nameRE.ReplaceAllString(drv.name, "_"), dir: dir,
+	group := "g-" + nameRE.ReplaceAllString(drv.name, "_")
+	var c *cluster
+	if reference() {
+		c = startKafka(t, dir, group)
+	} else {
+		c = startKaas(t, opts, dir, group)
+	}
+	r := &run{t: t, drv: drv, c: c, group: group, dir: dir,
 		downed: map[int32]bool{}, stalls: stalls,
 		began: time.Now(), got: newConsumed(), members: map[int]member{}, committed: map[int32]int64{},
 		sampleStop: make(chan struct{}), sampleDone: make(chan struct{})}
-	r.cl = c.Client()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs()...), kgo.RetryTimeout(30*time.Second), kgo.ClientID(harnessClient))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	r.cl = cl
 	r.adm = kadm.NewClient(r.cl)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := r.adm.CreateTopic(ctx, parts, 1, nil, topic); err != nil {
+	if _, err := r.adm.CreateTopic(ctx, parts, c.replicas, nil, topic); err != nil {
 		t.Fatalf("create topic: %v", err)
 	}
-	prod, err := proctest.StartProducer(c.Addrs(), topic, parts, 20*time.Millisecond)
+	prod, err := proctest.StartProducer(c.addrs(), topic, parts, 20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -591,24 +624,24 @@ func (r *run) listedOnce(timeout time.Duration) {
 	err := proctest.WaitFor(timeout, func() error {
 		n := 0
 		var where []int32
-		for _, b := range r.c.Brokers {
-			if !b.Running() || b.Stopped() {
+		for _, b := range r.c.nodes {
+			if !b.running() || b.stopped() {
 				continue
 			}
 			ctx, cancel := r.ctx(3 * time.Second)
-			resp, err := cl.Broker(int(b.ID)).Request(ctx, kmsg.NewPtrListGroupsRequest())
+			resp, err := cl.Broker(int(b.id())).Request(ctx, kmsg.NewPtrListGroupsRequest())
 			cancel()
 			if err != nil {
-				return fmt.Errorf("ListGroups to broker %d: %w", b.ID, err)
+				return fmt.Errorf("ListGroups to broker %d: %w", b.id(), err)
 			}
 			lr := resp.(*kmsg.ListGroupsResponse)
 			if lr.ErrorCode != 0 {
-				return fmt.Errorf("ListGroups to broker %d: error %d", b.ID, lr.ErrorCode)
+				return fmt.Errorf("ListGroups to broker %d: error %d", b.id(), lr.ErrorCode)
 			}
 			for _, g := range lr.Groups {
 				if g.Group == r.group {
 					n++
-					where = append(where, b.ID)
+					where = append(where, b.id())
 				}
 			}
 		}
@@ -710,6 +743,9 @@ func TestConformance(t *testing.T) {
 // kill or freeze, and no election beyond the first and one per broker
 // killed or frozen.
 func TestConformanceOnAStallingVolume(t *testing.T) {
+	if reference() {
+		t.Skip("the stalling volume is kaas's shared folder; the reference cluster keeps a disk per node")
+	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			for _, drv := range drivers {
@@ -724,7 +760,7 @@ func TestConformanceOnAStallingVolume(t *testing.T) {
 // runPair runs one client × scenario on a fresh cluster and records it.
 func runPair(t *testing.T, sc scenario, drv driver, v volume) {
 	start := time.Now()
-	res := result{client: drv.name, scenario: sc.name}
+	res := result{client: drv.name, scenario: sc.name, rebalances: -1}
 	if v == stallingVolume {
 		res.scenario += " (stalling volume)"
 	}
@@ -741,11 +777,12 @@ func runPair(t *testing.T, sc scenario, drv driver, v volume) {
 		}
 		if r != nil {
 			res.failover = r.failover
-			res.note = strings.Join(r.notes, "; ")
 			if r.genBefore != 0 {
 				res.genBefore, res.genAfter = r.genBefore, r.generation()
 			}
 			res.dups = r.got.duplicates()
+			r.tapFigures(&res)
+			res.note = strings.Join(r.notes, "; ")
 		}
 		record(res)
 	}()
@@ -869,16 +906,22 @@ func chaos(r *run, hit func() time.Duration) {
 	r.waitStable(3, 60*time.Second)
 	r.consuming("before the failure")
 	r.genBefore = r.generation()
+	r.failAt = time.Now()
 	r.failover = hit()
 	r.waitStable(3, 90*time.Second)
 	r.consuming("after the failure")
 	r.finish()
 }
 
-// generation is the group's newest generation in the brokers' logs: the
-// highest "join phase complete" (a generation formed) or "group loaded"
-// (a broker that gained the group restored it) of r.group; -1 when none.
+// generation is the group's newest generation in the kaas brokers' logs:
+// the highest "join phase complete" (a generation formed) or "group
+// loaded" (a broker that gained the group restored it) of r.group; -1 when
+// none. Against another target it is the newest generation the taps saw
+// completed (JoinGroup or SyncGroup answered without error).
 func (r *run) generation() int32 {
+	if r.c.kaas == nil {
+		return r.c.rec.Since(time.Now()).GenAfter
+	}
 	gen := int32(-1)
 	r.eachLogLine(func(line logLine) {
 		if line.Group == r.group && (line.Msg == "join phase complete" || line.Msg == "group loaded") {
@@ -900,7 +943,10 @@ type logLine struct {
 // eachLogLine calls f with every JSON line of every broker's log (a log
 // not yet written is skipped).
 func (r *run) eachLogLine(f func(logLine)) {
-	for _, b := range r.c.Brokers {
+	if r.c.kaas == nil {
+		return
+	}
+	for _, b := range r.c.kaas.Brokers {
 		file, err := os.Open(b.LogPath)
 		if err != nil {
 			continue
@@ -924,7 +970,7 @@ func (r *run) coordinator() int32 {
 		ctx, cancel := r.ctx(3 * time.Second)
 		defer cancel()
 		var err error
-		id, err = r.c.Coordinator(ctx, r.adm, r.group)
+		id, err = coordinatorOf(ctx, r.adm, r.group)
 		return err
 	})
 	if err != nil {
@@ -940,7 +986,7 @@ func (r *run) controller() int32 {
 		ctx, cancel := r.ctx(3 * time.Second)
 		defer cancel()
 		var err error
-		id, err = r.c.Controller(ctx, r.adm)
+		id, err = r.c.controller(ctx, r.cl)
 		return err
 	})
 	if err != nil {
@@ -952,15 +998,16 @@ func (r *run) controller() int32 {
 // killAndRestart kills broker id with -9, measures kill → consuming again,
 // then restarts it.
 func (r *run) killAndRestart(id int32, what string) time.Duration {
-	b := r.c.Broker(id)
+	b := r.c.node(id)
 	from := r.prod.Ledger.Ends()
 	at := time.Now()
 	r.downed[id] = true
-	if err := b.Kill(); err != nil {
+	if err := b.kill(); err != nil {
 		r.t.Fatal(err)
 	}
 	d := r.waitConsuming(what, from, at, 90*time.Second)
-	if err := b.Start(); err != nil {
+	r.pause(id, d)
+	if err := b.start(); err != nil {
 		r.t.Fatal(err)
 	}
 	r.note("%s (broker %d): failover %v", what, id, d.Round(100*time.Millisecond))
@@ -987,19 +1034,20 @@ func controllerKill(r *run) {
 func rollingRestart(r *run) {
 	chaos(r, func() time.Duration {
 		var worst time.Duration
-		for _, b := range r.c.Brokers {
+		for _, b := range r.c.nodes {
 			from := r.prod.Ledger.Ends()
 			at := time.Now()
-			r.downed[b.ID] = true
-			if err := b.Terminate(45 * time.Second); err != nil {
+			r.downed[b.id()] = true
+			if err := b.terminate(45 * time.Second); err != nil {
 				r.t.Fatalf("SIGTERM: %v", err)
 			}
 			drained := time.Since(at)
-			if err := b.Start(); err != nil {
+			if err := b.start(); err != nil {
 				r.t.Fatal(err)
 			}
-			d := r.waitConsuming(fmt.Sprintf("broker %d restarted", b.ID), from, at, 90*time.Second)
-			r.note("broker %d: drain %v, consuming again %v", b.ID, drained.Round(100*time.Millisecond), d.Round(100*time.Millisecond))
+			d := r.waitConsuming(fmt.Sprintf("broker %d restarted", b.id()), from, at, 90*time.Second)
+			r.pause(b.id(), d)
+			r.note("broker %d: drain %v, consuming again %v", b.id(), drained.Round(100*time.Millisecond), d.Round(100*time.Millisecond))
 			worst = max(worst, d)
 		}
 		return worst
@@ -1018,18 +1066,18 @@ func rollingRestart(r *run) {
 func sigstop(r *run) {
 	chaos(r, func() time.Duration {
 		id := r.coordinator()
-		b := r.c.Broker(id)
+		b := r.c.node(id)
 		from := r.prod.Ledger.Ends()
 		at := time.Now()
 		r.downed[id] = true
-		if err := b.Stop(); err != nil {
+		if err := b.stop(); err != nil {
 			r.t.Fatal(err)
 		}
 		// The freeze outlasts the liveness timeout. On the stalling volume
 		// the controller's own loop may wait up to a tick before it
 		// judges, and its assignment up to one more before another broker
 		// reads it: the freeze outlasts those too.
-		freeze := r.c.Opts.DeadAfter + 2*time.Second
+		freeze := r.c.deadAfter + 2*time.Second
 		if r.stalls != nil {
 			freeze += 2 * stallTick
 		}
@@ -1037,13 +1085,83 @@ func sigstop(r *run) {
 		if nc := r.coordinator(); nc == id {
 			r.t.Errorf("frozen broker %d still named coordinator after %v", id, time.Since(at))
 		}
-		if err := b.Cont(); err != nil {
+		if err := b.cont(); err != nil {
 			r.t.Fatal(err)
 		}
 		frozen := time.Since(at)
 		d := r.waitConsuming("coordinator frozen and resumed", from, at, 90*time.Second)
+		r.pause(id, d)
 		r.note("coordinator (broker %d) frozen %v, then resumed: consuming again %v after the freeze", id, frozen.Round(100*time.Millisecond), d.Round(100*time.Millisecond))
 		r.listedOnce(20 * time.Second)
 		return d
 	})
+}
+
+// pause records one move's longest wait: from broker id's failure until
+// every partition was consumed at or past its acknowledged end at the
+// failure (waitConsuming).
+func (r *run) pause(id int32, d time.Duration) {
+	r.pauses = append(r.pauses, fmt.Sprintf("b%d %v", id, d.Round(100*time.Millisecond)))
+}
+
+// The group errors the table counts (Kafka's codes).
+const (
+	errNotCoordinator    = 16
+	errIllegalGeneration = 22
+	errUnknownMember     = 25
+	errRebalancing       = 27
+)
+
+// tapFigures fills res with what the taps saw of the group's answers: since
+// the failure (chaos scenarios) or the start (membership). Error codes
+// outside the table's columns, and frames the taps could not decode, go
+// to the notes.
+func (r *run) tapFigures(res *result) {
+	from := r.began
+	if !r.failAt.IsZero() {
+		from = r.failAt
+	}
+	s := r.c.rec.Since(from)
+	res.errs = s.Errors
+	if !r.failAt.IsZero() {
+		res.rebalances = len(s.Rebalances)
+	}
+	res.pauses = r.pauses
+	var other []string
+	for code, n := range s.Errors {
+		switch code {
+		case errNotCoordinator, errIllegalGeneration, errUnknownMember, errRebalancing:
+			continue
+		}
+		other = append(other, fmt.Sprintf("%s ×%d", errName(code), n))
+	}
+	sort.Strings(other)
+	if len(other) > 0 {
+		r.notes = append(r.notes, "other group errors seen: "+strings.Join(other, ", "))
+	}
+	if n := r.c.decodeFailures(); n > 0 {
+		r.notes = append(r.notes, fmt.Sprintf("%d frames the taps could not decode (taps.log)", n))
+	}
+}
+
+// errName is a Kafka error code's name.
+func errName(code int16) string {
+	var ke *kerr.Error
+	if errors.As(kerr.ErrorForCode(code), &ke) {
+		return ke.Message
+	}
+	return fmt.Sprintf("error %d", code)
+}
+
+// coordinatorOf asks the cluster for a group's coordinator.
+func coordinatorOf(ctx context.Context, adm *kadm.Client, group string) (int32, error) {
+	rs := adm.FindGroupCoordinators(ctx, group)
+	c, ok := rs[group]
+	if !ok {
+		return -1, fmt.Errorf("no FindCoordinator answer for %s", group)
+	}
+	if c.Err != nil {
+		return -1, fmt.Errorf("FindCoordinator %s: %w", group, c.Err)
+	}
+	return c.NodeID, nil
 }

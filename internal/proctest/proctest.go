@@ -122,8 +122,23 @@ type Options struct {
 	// file system, each its own client. DataDir is then the path the test
 	// itself reads (default DataDirs[0]).
 	DataDirs []string
-	Args     []string // extra flags for every broker
-	Env      []string // extra KEY=value environment for every broker
+	// Advertise, when set, is the address each broker tells clients
+	// (--advertise; Advertise[i] for broker i): a forwarder's in front of
+	// it, such as a wiretap.Tap.
+	Advertise []string
+	Args      []string // extra flags for every broker
+	Env       []string // extra KEY=value environment for every broker
+
+	// Another broker than kaas (the Apache Kafka reference, kafkaref):
+	// Command gives broker id's command line, instead of the kaas binary
+	// and its flags (DataDir, DeadAfter, ReportInterval, Advertise and Args
+	// are then the command's business); Ready is the log line that says a
+	// run serves clients (default kaas's "serving clients"); TermStatus is
+	// the exit status a SIGTERM drain ends with (kaas: 0; a JVM that ran
+	// its shutdown hooks: 143).
+	Command    func(id int32) []string
+	Ready      string
+	TermStatus int
 }
 
 // Cluster is N kaas broker processes over one data dir.
@@ -190,6 +205,9 @@ func New(t testing.TB, opts Options) *Cluster {
 	if len(opts.DataDirs) > 0 && len(opts.DataDirs) != opts.Brokers {
 		t.Fatalf("proctest: %d data dirs for %d brokers", len(opts.DataDirs), opts.Brokers)
 	}
+	if len(opts.Advertise) > 0 && len(opts.Advertise) != opts.Brokers {
+		t.Fatalf("proctest: %d advertised addresses for %d brokers", len(opts.Advertise), opts.Brokers)
+	}
 	switch {
 	case dataDir != "":
 	case len(opts.DataDirs) > 0:
@@ -197,7 +215,13 @@ func New(t testing.TB, opts Options) *Cluster {
 	default:
 		dataDir = t.TempDir()
 	}
-	c := &Cluster{t: t, Bin: Binary(t), DataDir: dataDir, LogDir: opts.LogDir, Opts: opts}
+	if opts.Ready == "" {
+		opts.Ready = `"serving clients"`
+	}
+	c := &Cluster{t: t, DataDir: dataDir, LogDir: opts.LogDir, Opts: opts}
+	if opts.Command == nil {
+		c.Bin = Binary(t)
+	}
 	for i := range opts.Brokers {
 		c.Brokers = append(c.Brokers, &Broker{
 			c: c, ID: int32(i),
@@ -322,10 +346,16 @@ func (b *Broker) Start() error {
 	if len(o.DataDirs) > 0 {
 		dir = o.DataDirs[b.ID]
 	}
-	args := []string{"broker", "--id", strconv.Itoa(int(b.ID)), "--data-dir", dir,
+	argv := []string{b.c.Bin, "broker", "--id", strconv.Itoa(int(b.ID)), "--data-dir", dir,
 		"--listen", b.Addr, "--dead-after", o.DeadAfter.String(),
 		"--report-interval", o.ReportInterval.String(), "--log-format", "json"}
-	args = append(args, o.Args...)
+	if len(o.Advertise) > 0 {
+		argv = append(argv, "--advertise", o.Advertise[b.ID])
+	}
+	argv = append(argv, o.Args...)
+	if o.Command != nil {
+		argv = o.Command(b.ID)
+	}
 	f, err := os.OpenFile(b.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		b.mu.Unlock()
@@ -335,7 +365,7 @@ func (b *Broker) Start() error {
 	b.starts++
 	fmt.Fprintf(f, "{\"proctest\":\"start %d of broker %d\"}\n", b.starts, b.ID)
 	b.logStart = st.Size()
-	cmd := exec.Command(b.c.Bin, args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if len(o.Env) > 0 {
 		cmd.Env = append(os.Environ(), o.Env...)
@@ -366,7 +396,8 @@ func (b *Broker) Start() error {
 	return b.WaitReady(o.ReadyTimeout)
 }
 
-// WaitReady waits until the current run has logged "serving clients".
+// WaitReady waits until the current run has logged Options.Ready ("serving
+// clients").
 func (b *Broker) WaitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
@@ -382,7 +413,7 @@ func (b *Broker) WaitReady(timeout time.Duration) error {
 		default:
 		}
 		if data, err := os.ReadFile(b.LogPath); err == nil && int64(len(data)) > start &&
-			bytes.Contains(data[start:], []byte(`"serving clients"`)) {
+			bytes.Contains(data[start:], []byte(b.c.Opts.Ready)) {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -460,7 +491,7 @@ func (b *Broker) kill() {
 
 // Terminate sends SIGTERM (a drain) and waits up to timeout for the process
 // to exit by itself; past it the process is killed and an error returned.
-// An exit status other than 0 is an error too.
+// An exit status other than 0 (or Options.TermStatus) is an error too.
 func (b *Broker) Terminate(timeout time.Duration) error {
 	done, err := b.signal(syscall.SIGTERM, true)
 	if err != nil {
@@ -471,7 +502,8 @@ func (b *Broker) Terminate(timeout time.Duration) error {
 		b.mu.Lock()
 		err := b.exitErr
 		b.mu.Unlock()
-		if err != nil {
+		var ee *exec.ExitError
+		if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == b.c.Opts.TermStatus && b.c.Opts.TermStatus != 0) {
 			return fmt.Errorf("proctest: broker %d exited after SIGTERM with %v\n%s", b.ID, err, b.Tail(20))
 		}
 		return nil
