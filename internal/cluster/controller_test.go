@@ -211,3 +211,71 @@ func TestAssignmentKeepsNoEntryForDeletedOrQuietGroups(t *testing.T) {
 		t.Fatalf("entries kept for groups no broker reports active: %+v", b)
 	}
 }
+
+// TestGroupHandedOffStaysWhenItsBrokerReturns: a group active on a broker
+// that drains (or dies) moves to its fallback home; when the broker comes
+// back before the new home has loaded and reported the group, the group
+// used to route straight back (no entry pinned it yet), so each restart of
+// a rolling restart moved such groups twice and clients that rejoin on
+// NOT_COORDINATOR (kafkajs, kafka-go) rebalanced twice. The hand-off pins
+// the group at its new home (an entry minted with the hash over the rows
+// being written, so it moves nothing), held for a while even before the
+// new home reports the group; kept as usual once it does, retired when it
+// never does.
+func TestGroupHandedOffStaysWhenItsBrokerReturns(t *testing.T) {
+	ids := []string{"kaas-0", "kaas-1", "kaas-2"}
+	var g string
+	for i := 0; g == ""; i++ {
+		if c := fmt.Sprintf("handed-%d", i); route.Preferred(c, ids) == "kaas-1" {
+			g = c
+		}
+	}
+	owner := func(a *Assignment) string {
+		for _, e := range a.ConsumerGroups {
+			if e.GroupID == g {
+				return e.Broker
+			}
+		}
+		rows := map[string]BrokerRow{}
+		for _, r := range a.Brokers {
+			rows[r.ID] = r
+		}
+		c, _ := route.Coordinator(g, a.BrokerIDs(), func(id string) bool { return rows[id].Health == Alive })
+		return c
+	}
+	for _, down := range []Health{Draining, Dead} {
+		t.Run(string(down), func(t *testing.T) {
+			br := threeAlive()
+			br["kaas-1"] = obs(Alive, g)
+			a := Compute(Inputs{Epoch: 1, Me: "kaas-0", Now: t0, Brokers: br})
+			if owner(a) != "kaas-1" {
+				t.Fatalf("%s starts on %s", g, owner(a))
+			}
+			br["kaas-1"] = obs(down, g) // its last report still lists the group
+			b := Compute(Inputs{Prev: a, Epoch: 1, Me: "kaas-0", Now: t0.Add(time.Second), Brokers: br})
+			home := owner(b)
+			if home == "kaas-1" {
+				t.Fatalf("%s stays on the %s broker", g, down)
+			}
+			// Back before the new home has touched the group.
+			br["kaas-1"] = obs(Alive)
+			c := Compute(Inputs{Prev: b, Epoch: 1, Me: "kaas-0", Now: t0.Add(3 * time.Second), Brokers: br})
+			if c == nil {
+				c = b
+			}
+			if owner(c) != home {
+				t.Fatalf("kaas-1 returned and %s moved back from %s to %s: a second move", g, home, owner(c))
+			}
+			// The new home reports it: kept for good.
+			br[home] = obs(Alive, g)
+			if d := Compute(Inputs{Prev: c, Epoch: 1, Me: "kaas-0", Now: t0.Add(time.Hour), Brokers: br}); d != nil && owner(d) != home {
+				t.Fatalf("%s left %s although %s reports it active", g, home, home)
+			}
+			// Never touched at the new home: the entry goes after the hold.
+			br[home] = obs(Alive)
+			if e := Compute(Inputs{Prev: c, Epoch: 1, Me: "kaas-0", Now: t0.Add(time.Hour), Brokers: br}); e == nil || len(e.ConsumerGroups) != 0 {
+				t.Fatalf("a hand-off entry outlived its hold without its group being used: %+v", e)
+			}
+		})
+	}
+}
