@@ -51,6 +51,10 @@ type GroupRow struct {
 	GroupID string `json:"groupId"`
 	Broker  string `json:"broker"`
 	Epoch   int64  `json:"epoch"`
+	// HandedOffAt is set on an entry minted when the group's broker stopped
+	// being alive (drained or died): the entry is held for handOffHold even
+	// before the new home reports the group in use (Compute).
+	HandedOffAt time.Time `json:"handedOffAt,omitzero"`
 }
 
 // Assignment is assignment.json: compact JSON, camelCase, written only by

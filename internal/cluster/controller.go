@@ -52,6 +52,11 @@ type Inputs struct {
 //     commit in the last five minutes), and retired otherwise: when the
 //     broker is no longer alive, when the group was deleted, or when it went
 //     quiet. assignment.json thus stays proportional to the active groups.
+//     When a broker stops being alive (draining or dead), the groups its
+//     last report lists active are pinned where the rows being written route
+//     them (a hand-off entry, again moving nothing): held for handOffHold
+//     even before the new home reports them, so that the broker returning
+//     does not pull them back for a second move.
 func Compute(in Inputs) *Assignment {
 	prev := in.Prev
 	if prev == nil {
@@ -173,6 +178,11 @@ func computePartitions(in Inputs, prev *Assignment, alive func(string) bool, ali
 	return out
 }
 
+// handOffHold is how long a hand-off entry stays without its new home
+// reporting the group in use: time for the group's members to find it
+// (session timeouts are seconds); an untouched group's entry then retires.
+const handOffHold = 30 * time.Second
+
 // computeGroups is the explicit group entries of the next assignment (see
 // Compute).
 func computeGroups(in Inputs, prev *Assignment, rows map[string]BrokerRow, alive func(string) bool, aliveIDs []string) []GroupRow {
@@ -190,10 +200,26 @@ func computeGroups(in Inputs, prev *Assignment, rows map[string]BrokerRow, alive
 		}
 		active[id] = m
 	}
+	held := func(g GroupRow) bool { return !g.HandedOffAt.IsZero() && in.Now.Sub(g.HandedOffAt) < handOffHold }
 	for _, g := range prev.ConsumerGroups {
-		if alive(g.Broker) && active[g.Broker][g.GroupID] && !placed[g.GroupID] {
+		if alive(g.Broker) && (active[g.Broker][g.GroupID] || held(g)) && !placed[g.GroupID] {
 			out = append(out, g)
 			placed[g.GroupID] = true
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if was, ok := prev.Row(id); alive(id) || !ok || was.Health != Alive {
+			continue // only when the broker stops being alive
+		}
+		for _, g := range in.Brokers[id].Report.Groups {
+			if placed[g] {
+				continue
+			}
+			if c, ok := route.Coordinator(g, ids, alive); ok {
+				out = append(out, GroupRow{GroupID: g, Broker: c, Epoch: in.Epoch, HandedOffAt: in.Now.UTC()})
+				placed[g] = true
+			}
 		}
 	}
 	for _, id := range aliveIDs {

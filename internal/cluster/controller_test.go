@@ -175,12 +175,13 @@ func TestComputeGroupEntriesMintedWhereTheHashAlreadyRoutes(t *testing.T) {
 	if b != nil && len(b.ConsumerGroups) != 1 {
 		t.Fatalf("entry retired while its broker lives: %+v", b.ConsumerGroups)
 	}
-	// kaas-1 dies: the entry is retired.
+	// kaas-1 dies: its entry is retired; the group it last reported active
+	// is pinned at its fallback home instead (a hand-off entry).
 	down := threeAlive()
 	down["kaas-1"] = obs(Dead, mine)
 	c := Compute(Inputs{Prev: a, Epoch: 4, Me: "kaas-0", Now: t0, Brokers: down})
-	if len(c.ConsumerGroups) != 0 {
-		t.Fatalf("entry kept for a dead broker: %+v", c.ConsumerGroups)
+	if len(c.ConsumerGroups) != 1 || c.ConsumerGroups[0].Broker == "kaas-1" || c.ConsumerGroups[0].HandedOffAt.IsZero() {
+		t.Fatalf("entries after kaas-1 died: %+v, want one hand-off entry elsewhere", c.ConsumerGroups)
 	}
 }
 
