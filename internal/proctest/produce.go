@@ -117,6 +117,12 @@ func StartProducer(seeds []string, topic string, partitions int32, interval time
 		// and retry elsewhere once metadata has moved on.
 		kgo.ProduceRequestTimeout(3 * time.Second),
 		kgo.RequestTimeoutOverhead(2 * time.Second),
+		// The harness's producer must not be what a failover waits for:
+		// franz-go refreshes metadata at most every 5 s by default, so
+		// after a kill -9 it would learn the new leaders up to 5 s after
+		// the cluster named them, and every consumer measured would wait
+		// for the records it had not produced yet.
+		kgo.MetadataMinAge(250 * time.Millisecond),
 	}, extra...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
