@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -88,25 +89,46 @@ var (
 )
 
 // FreePort returns a 127.0.0.1 port that was free a moment ago and that this
-// process has not handed out before.
+// process has not handed out before. It is chosen below the kernel's
+// ephemeral range (ip_local_port_range): a port from that range may be taken
+// as the local port of any outgoing connection (a client, a broker's peer
+// report) between this call and the broker binding it, which failed a start
+// with "address already in use" now and then.
 func FreePort(t testing.TB) int {
 	t.Helper()
 	portsMu.Lock()
 	defer portsMu.Unlock()
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("proctest: free port: %v", err)
+	lo, hi := belowEphemeral()
+	for range 200 {
+		p := lo + rand.IntN(hi-lo)
+		if used[p] {
+			continue
 		}
-		p := l.Addr().(*net.TCPAddr).Port
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
 		l.Close()
-		if !used[p] {
-			used[p] = true
-			return p
+		used[p] = true
+		return p
+	}
+	t.Fatal("proctest: no free port after 200 tries")
+	return 0
+}
+
+// belowEphemeral is the range FreePort draws from: the 12,000 ports below
+// the first ephemeral port (Linux's default range starts at 32768), never
+// below 1024.
+func belowEphemeral() (lo, hi int) {
+	hi = 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > 2048 {
+				hi = v
+			}
 		}
 	}
-	t.Fatal("proctest: no free port after 100 tries")
-	return 0
+	return max(1024, hi-12000), hi
 }
 
 // Options shape a cluster. Zero values take the defaults noted.
