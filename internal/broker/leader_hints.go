@@ -17,14 +17,19 @@ func movedAway(code int16) bool {
 	return code == kerr.NotLeaderForPartition.Code || code == kerr.FencedLeaderEpoch.Code
 }
 
-// leaderHint is where a partition is led now; ok is false when the
-// assignment names no leader (nothing to hint).
-func (b *Broker) leaderHint(topic string, idx int32) (node, epoch int32, ok bool) {
-	if topic == "" {
+// hint is where a partition refused with code is led now, for the answer's
+// CurrentLeader; ok is false when the code takes no hint or the assignment
+// names no leader. The leader is added to nodes (its endpoint is listed).
+func (b *Broker) hint(topic string, idx int32, code int16, nodes map[int32]bool) (node, epoch int32, ok bool) {
+	if !movedAway(code) || topic == "" {
 		return -1, -1, false
 	}
 	node, epoch, ok = b.cfg.Cluster.Leader(topic, idx)
-	return node, epoch, ok && node >= 0
+	if !ok || node < 0 {
+		return -1, -1, false
+	}
+	nodes[node] = true
+	return node, epoch, true
 }
 
 // endpoints lists the brokers among nodes that clients may connect to.
@@ -57,12 +62,8 @@ func (b *Broker) hintFetch(r *kmsg.FetchRequest, resp *kmsg.FetchResponse) {
 		}
 		for j := range st.Partitions {
 			sp := &st.Partitions[j]
-			if !movedAway(sp.ErrorCode) {
-				continue
-			}
-			if node, epoch, ok := b.leaderHint(name, sp.Partition); ok {
+			if node, epoch, ok := b.hint(name, sp.Partition, sp.ErrorCode, nodes); ok {
 				sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = node, epoch
-				nodes[node] = true
 			}
 		}
 	}
@@ -89,12 +90,8 @@ func (b *Broker) hintProduce(r *kmsg.ProduceRequest, resp *kmsg.ProduceResponse)
 		st := &resp.Topics[i]
 		for j := range st.Partitions {
 			sp := &st.Partitions[j]
-			if !movedAway(sp.ErrorCode) {
-				continue
-			}
-			if node, epoch, ok := b.leaderHint(st.Topic, sp.Partition); ok {
+			if node, epoch, ok := b.hint(st.Topic, sp.Partition, sp.ErrorCode, nodes); ok {
 				sp.CurrentLeader.LeaderID, sp.CurrentLeader.LeaderEpoch = node, epoch
-				nodes[node] = true
 			}
 		}
 	}

@@ -46,6 +46,25 @@ func (m *movable) moveTo(node int32) {
 	m.b.AssignmentChanged()
 }
 
+// fetchOne is a Fetch of partition 0 of topic (by id, at the newest
+// version) from offset, waiting up to maxWaitMs for one byte.
+func fetchOne(t *testing.T, cl *kgo.Client, topic string, offset int64, maxWaitMs int32) *kmsg.FetchRequest {
+	t.Helper()
+	td, err := kadm.NewClient(cl).ListTopics(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := kmsg.NewPtrFetchRequest()
+	req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.SessionEpoch = maxWaitMs, 1, 1<<20, -1
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic, rt.TopicID = topic, td[topic].ID
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch = 0, offset, 1<<20, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	return req
+}
+
 func startMovable(t *testing.T) (*Broker, *movable) {
 	t.Helper()
 	m := &movable{}
@@ -66,20 +85,7 @@ func TestLongPollFetchOutlivesTheLeadershipItWaitsOn(t *testing.T) {
 	createTopic(t, cl, "lp", 1, nil)
 	produceN(t, cl, "lp", 3)
 
-	req := kmsg.NewPtrFetchRequest()
-	req.MaxWaitMillis, req.MinBytes, req.MaxBytes = 60_000, 1, 1<<20
-	req.SessionEpoch = -1
-	rt := kmsg.NewFetchRequestTopic()
-	rt.Topic = "lp"
-	td, err := kadm.NewClient(cl).ListTopics(context.Background(), "lp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt.TopicID = td["lp"].ID
-	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch = 0, 3, 1<<20, -1
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
+	req := fetchOne(t, cl, "lp", 3, 60_000)
 
 	raw, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()))
 	if err != nil {
@@ -128,10 +134,6 @@ func TestNotLeaderAnswersNameTheNewLeader(t *testing.T) {
 	cl := client(t, b)
 	createTopic(t, cl, "nl", 1, nil)
 	produceN(t, cl, "nl", 1)
-	td, err := kadm.NewClient(cl).ListTopics(context.Background(), "nl")
-	if err != nil {
-		t.Fatal(err)
-	}
 	m.moveAway()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -148,15 +150,7 @@ func TestNotLeaderAnswersNameTheNewLeader(t *testing.T) {
 		}
 	}
 
-	f := kmsg.NewPtrFetchRequest()
-	f.MaxWaitMillis, f.MinBytes, f.MaxBytes, f.SessionEpoch = 100, 1, 1<<20, -1
-	ft := kmsg.NewFetchRequestTopic()
-	ft.Topic, ft.TopicID = "nl", td["nl"].ID
-	fp := kmsg.NewFetchRequestTopicPartition()
-	fp.Partition, fp.FetchOffset, fp.PartitionMaxBytes, fp.CurrentLeaderEpoch = 0, 0, 1<<20, -1
-	ft.Partitions = append(ft.Partitions, fp)
-	f.Topics = append(f.Topics, ft)
-	fr, err := f.RequestWith(ctx, cl.Broker(0))
+	fr, err := fetchOne(t, cl, "nl", 0, 100).RequestWith(ctx, cl.Broker(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,18 +259,7 @@ func TestCloseWaitsOutParkedFetches(t *testing.T) {
 	go func() { served <- b.Serve() }()
 	cl := client(t, b)
 	createTopic(t, cl, "cw", 1, nil)
-	td, err := kadm.NewClient(cl).ListTopics(context.Background(), "cw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := kmsg.NewPtrFetchRequest()
-	req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.SessionEpoch = 60_000, 1, 1<<20, -1
-	rt := kmsg.NewFetchRequestTopic()
-	rt.Topic, rt.TopicID = "cw", td["cw"].ID
-	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.Partition, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch = 0, 1<<20, -1
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
+	req := fetchOne(t, cl, "cw", 0, 60_000)
 	answered := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
