@@ -72,27 +72,28 @@ func (b *Broker) handleFetch(ctx context.Context, c *conn, req wire.Request) fun
 func (b *Broker) fetchEpochs(r *kmsg.FetchRequest) map[string]map[int32]int32 {
 	var want map[string]map[int32]int32
 	for _, rt := range r.Topics {
-		name := rt.Topic
-		if r.Version >= 13 {
-			t, ok := b.topics.ByID(rt.TopicID)
-			if !ok {
-				continue
-			}
-			name = t.Name
+		name, ok := b.fetchTopicName(r.Version, rt.Topic, rt.TopicID)
+		if !ok {
+			continue
 		}
 		for _, rp := range rt.Partitions {
-			if b.behind(name, rp.Partition, rp.CurrentLeaderEpoch) {
-				if want == nil {
-					want = map[string]map[int32]int32{}
-				}
-				if want[name] == nil {
-					want[name] = map[int32]int32{}
-				}
-				want[name][rp.Partition] = rp.CurrentLeaderEpoch
-			}
+			want = b.ifBehind(want, name, rp.Partition, rp.CurrentLeaderEpoch)
 		}
 	}
 	return want
+}
+
+// fetchTopicName is the name of a Fetch topic: by id from v13, by name
+// before; ok is false for an id this broker does not know.
+func (b *Broker) fetchTopicName(version int16, name string, id [16]byte) (string, bool) {
+	if version < 13 {
+		return name, true
+	}
+	t, ok := b.topics.ByID(id)
+	if !ok {
+		return "", false
+	}
+	return t.Name, true
 }
 
 // longPoll answers a fetch once min bytes are there, an error is, max wait

@@ -19,15 +19,10 @@ func init() { register(kmsg.OffsetForLeaderEpoch, 2, 4, (*Broker).handleOffsetFo
 
 func (b *Broker) handleOffsetForLeaderEpoch(ctx context.Context, _ *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.OffsetForLeaderEpochRequest)
-	want := map[string]map[int32]int32{}
+	var want map[string]map[int32]int32
 	for _, rt := range r.Topics {
 		for _, rp := range rt.Partitions {
-			if b.behind(rt.Topic, rp.Partition, rp.CurrentLeaderEpoch) {
-				if want[rt.Topic] == nil {
-					want[rt.Topic] = map[int32]int32{}
-				}
-				want[rt.Topic][rp.Partition] = rp.CurrentLeaderEpoch
-			}
+			want = b.ifBehind(want, rt.Topic, rp.Partition, rp.CurrentLeaderEpoch)
 		}
 	}
 	if len(want) == 0 {

@@ -35,6 +35,23 @@ func (b *Broker) behind(topic string, idx, clientEpoch int32) bool {
 	return !ok || epoch < clientEpoch
 }
 
+// ifBehind adds the partition to want (topic → partition → the client's
+// epoch, made on first use) when the client knows a newer epoch of it than
+// this broker does, and returns want.
+func (b *Broker) ifBehind(want map[string]map[int32]int32, topic string, idx, clientEpoch int32) map[string]map[int32]int32 {
+	if !b.behind(topic, idx, clientEpoch) {
+		return want
+	}
+	if want == nil {
+		want = map[string]map[int32]int32{}
+	}
+	if want[topic] == nil {
+		want[topic] = map[int32]int32{}
+	}
+	want[topic][idx] = clientEpoch
+	return want
+}
+
 // catchUp waits until this broker knows each partition's epoch at least as
 // new as the client's (want: topic → partition → client epoch), ctx ends,
 // the broker closes, or catchUpWait passes. It returns at once when the

@@ -54,12 +54,7 @@ func (b *Broker) hintFetch(r *kmsg.FetchRequest, resp *kmsg.FetchResponse) {
 	nodes := map[int32]bool{}
 	for i := range resp.Topics {
 		st := &resp.Topics[i]
-		name := st.Topic
-		if r.Version >= 13 {
-			if t, ok := b.topics.ByID(st.TopicID); ok {
-				name = t.Name
-			}
-		}
+		name, _ := b.fetchTopicName(r.Version, st.Topic, st.TopicID) // "": no hint
 		for j := range st.Partitions {
 			sp := &st.Partitions[j]
 			if node, epoch, ok := b.hint(name, sp.Partition, sp.ErrorCode, nodes); ok {
