@@ -473,3 +473,59 @@ func TestBrokerWhoseVolumeHangsIsDeclaredDead(t *testing.T) {
 		t.Errorf("no new controller among the live brokers (kaas-%d, epoch %d; was epoch %d)", now, e, epoch)
 	}
 }
+
+// TestKilledBrokerIsDeclaredDeadOnlyAfterTheTTL was the defect: a broker
+// killed -9 stayed alive in the assignment for all of --dead-after, though
+// its cluster listener refused every report sent to it from the moment it
+// died; clients kept being routed to a closed port, backed off, and
+// consumed again seconds after the takeover (franz-go: 7-9 s with a 3 s
+// --dead-after). A peer whose listener refuses a report sent after its last
+// report arrived has no process behind that address: it is dead at once.
+// With a TTL of a minute, both a killed broker and a killed controller are
+// replaced long before it; a frozen one (listening, not answering) is not.
+func TestKilledBrokerIsDeclaredDeadOnlyAfterTheTTL(t *testing.T) {
+	const ttl = time.Minute
+	c := startOnDisk(t, 3, newDelayedDisk(0), func(cfg *Config) { cfg.DeadAfter = ttl })
+	ctrl, epoch := c.formed()
+
+	frozen := (ctrl + 2) % 3
+	c.rts[frozen].Pause(5 * time.Second)
+	time.Sleep(4 * time.Second)
+	c.mu.Lock()
+	seen := slices.Clone(c.seen)
+	c.mu.Unlock()
+	if len(seen) > 0 {
+		t.Fatalf("a frozen broker (still listening) was declared dead before the TTL: %v", seen)
+	}
+
+	victim := (ctrl + 1) % 3
+	killed := time.Now()
+	c.rts[victim].Abort()
+	live, alive := without(3, victim)
+	if err := c.allSee(live, alive, ttl/2); err != nil {
+		t.Fatalf("kill -9 of kaas-%d not detected within half the TTL: %v", victim, err)
+	}
+	t.Logf("kill -9 of kaas-%d detected after %v (TTL %v)", victim, time.Since(killed).Round(10*time.Millisecond), ttl)
+
+	killed = time.Now()
+	c.rts[ctrl].Abort()
+	rest := []int{frozen}
+	if err := testutil.Poll(ttl/2, func() error {
+		if now, e := c.controller(rest); now < 0 || e <= epoch {
+			return fmt.Errorf("no new controller (was kaas-%d, epoch %d)", ctrl, epoch)
+		}
+		a := c.rts[frozen].Current()
+		if a == nil {
+			return errors.New("no assignment")
+		}
+		for _, b := range a.Brokers {
+			if want := b.ID == fmt.Sprintf("kaas-%d", frozen); (b.Health == Alive) != want {
+				return fmt.Errorf("%s %s", b.ID, b.Health)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("kill -9 of the controller kaas-%d not taken over within half the TTL: %v", ctrl, err)
+	}
+	t.Logf("kill -9 of the controller kaas-%d taken over after %v (TTL %v)", ctrl, time.Since(killed).Round(10*time.Millisecond), ttl)
+}
