@@ -190,7 +190,7 @@ func (e *FileElector) Tick(ctx context.Context, now time.Time) (Election, error)
 	case top.Holder == e.me:
 		reason = "record held by this broker's earlier incarnation"
 	case e.stopped(top.Holder):
-		reason = "controller reported stopped"
+		reason = "controller stopped (reported stopped, or nothing listens at its cluster address)"
 	case e.holding != nil:
 		if holds, ok := e.holding(top.Holder, top.Epoch, now); ok {
 			if !holds {

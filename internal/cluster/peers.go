@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -48,6 +49,13 @@ type ackState struct {
 	ack    peerAck
 }
 
+// refusal is a report a peer's address refused a connection for: nothing
+// listens there, so the process that last reported from it is gone.
+type refusal struct {
+	sentAt time.Time
+	addr   string
+}
+
 // peers is the runtime's network side: the cluster listener and the
 // reports sent to and received from the other brokers. Its goroutines (the
 // HTTP server and one sender per peer at a time) are owned by it and ended
@@ -69,6 +77,7 @@ type peers struct {
 	addrs    map[string]string // broker id -> cluster address
 	acks     map[string]ackState
 	inflight map[string]bool
+	refused  map[string]refusal
 	closed   bool
 
 	wg sync.WaitGroup
@@ -87,7 +96,7 @@ func listenPeers(me, addr, host string, timeout time.Duration, log *slog.Logger)
 	}
 	p := &peers{me: me, log: log, ln: ln, addr: adv,
 		client: &http.Client{Timeout: timeout, Transport: &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: time.Minute}},
-		inbox:  map[string]Report{}, addrs: map[string]string{}, acks: map[string]ackState{}, inflight: map[string]bool{}}
+		inbox:  map[string]Report{}, addrs: map[string]string{}, acks: map[string]ackState{}, inflight: map[string]bool{}, refused: map[string]refusal{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+reportRoute, p.handleReport)
 	mux.HandleFunc("GET "+assignmentRoute, p.handleAssignment)
@@ -176,6 +185,19 @@ func (p *peers) forget(id string) {
 	delete(p.addrs, id)
 	delete(p.inbox, id)
 	delete(p.acks, id)
+	delete(p.refused, id)
+}
+
+// refusedSince reports whether the last report sent to id's current
+// address was refused (nothing listens there), and when it was sent.
+func (p *peers) refusedSince(id string) (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r, ok := p.refused[id]
+	if !ok || r.addr != p.addrs[id] {
+		return time.Time{}, false
+	}
+	return r.sentAt, true
 }
 
 // received returns a copy of the newest report of each broker.
@@ -230,8 +252,14 @@ func (p *peers) send(id, addr string, data []byte, sentAt time.Time) {
 	delete(p.inflight, id)
 	if err != nil {
 		p.log.Debug("report to peer failed", "peer", id, "addr", addr, "err", err)
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			if old, ok := p.refused[id]; !ok || sentAt.After(old.sentAt) {
+				p.refused[id] = refusal{sentAt: sentAt, addr: addr}
+			}
+		}
 		return
 	}
+	delete(p.refused, id)
 	if ack.ID != id { // another broker answers at that address now
 		return
 	}

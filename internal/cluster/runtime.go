@@ -354,7 +354,25 @@ func (r *Runtime) Stop(ctx context.Context) error {
 
 func (r *Runtime) reportedStopped(id string) bool {
 	rep, ok := r.watch.last[id]
-	return ok && rep.State == StateStopped
+	return ok && (rep.State == StateStopped || r.gone(id))
+}
+
+// gone reports whether broker id's process is gone: its cluster listener
+// refused a report sent after its own last report was read here, and it has
+// since missed a report (a report interval without one). Nothing listens at
+// the address it reported from, so it is not merely slow or frozen (those
+// still accept connections) but exited or killed; the missed report leaves
+// the dying process's last writes (the kernel flushes its open files as it
+// exits) time to land before another broker takes its partitions. A
+// restarted process reports again (at the same or a new address) and is
+// alive from then on. Runs on the loop.
+func (r *Runtime) gone(id string) bool {
+	if r.peers == nil {
+		return false
+	}
+	at, ok := r.peers.refusedSince(id)
+	changed, seen := r.watch.changed[id]
+	return ok && seen && at.After(changed) && time.Since(changed) >= r.cfg.ReportInterval
 }
 
 // loop is the runtime goroutine: report, observe, elect, apply, control.
@@ -785,6 +803,9 @@ func (r *Runtime) control(ctx context.Context, now time.Time) {
 	obs := map[string]Observed{}
 	for id, rep := range r.watch.last {
 		h, _ := r.watch.health(id, now, r.cfg.DeadAfter)
+		if h != Dead && r.gone(id) {
+			h = Dead
+		}
 		obs[id] = Observed{Health: h, Report: rep}
 	}
 	stalled := r.watch.quietFor(r.cfg.ID, now) > r.cfg.DeadAfter

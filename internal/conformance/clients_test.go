@@ -128,7 +128,7 @@ func franz(bal kgo.GroupBalancer) func(r *run, id int, slot string) (member, err
 			kgo.RebalanceTimeout(20 * time.Second),
 			kgo.FetchMaxWait(500 * time.Millisecond),
 			kgo.RequestTimeoutOverhead(3 * time.Second),
-			kgo.WithLogger(kgo.BasicLogger(lf, kgo.LogLevelInfo, nil)),
+			kgo.WithLogger(kgo.BasicLogger(lf, kgo.LogLevelInfo, func() string { return time.Now().UTC().Format("15:04:05.000 ") })),
 		}
 		if r.drv.static {
 			opts = append(opts, kgo.InstanceID(slot))
