@@ -1,0 +1,398 @@
+package cgroup
+
+import (
+	"hash/fnv"
+	"regexp"
+	"slices"
+	"sort"
+	"time"
+)
+
+// MemberState is where a member is in its reconciliation (Kafka's names).
+type MemberState int8
+
+const (
+	// Stable: the member has its target assignment at the target epoch.
+	Stable MemberState = iota
+	// UnrevokedPartitions: the member must give up partitions before it
+	// may move to the next epoch; it keeps its epoch until it does.
+	UnrevokedPartitions
+	// UnreleasedPartitions: the member is at the target epoch but some of
+	// its target partitions are still owned by another member.
+	UnreleasedPartitions
+)
+
+func (s MemberState) String() string {
+	switch s {
+	case Stable:
+		return "STABLE"
+	case UnrevokedPartitions:
+		return "UNREVOKED_PARTITIONS"
+	case UnreleasedPartitions:
+		return "UNRELEASED_PARTITIONS"
+	}
+	return "UNKNOWN"
+}
+
+// member is one member of the group.
+type member struct {
+	id, instanceID, rackID string
+	clientID, clientHost   string
+	epoch, prevEpoch       int32
+	state                  MemberState
+	rebalanceTimeout       time.Duration
+	names                  []string // subscribed topic names (sorted), nil if by regex
+	regex                  string   // subscribed regular expression, "" if by names
+	assignor               string   // the member's ServerAssignor, "" for the default
+	// assigned maps each partition the member owns to the epoch at which it
+	// was assigned to it (KIP-1251).
+	assigned map[TP]int32
+	// revoking are partitions the member must give up before moving on.
+	revoking map[TP]struct{}
+
+	sessionDeadline  time.Time
+	revokingDeadline time.Time // zero unless the member is UnrevokedPartitions
+}
+
+func (m *member) static() bool { return m.instanceID != "" }
+
+// Group is one KIP-848 consumer group. Create it with New; feed it one
+// input at a time.
+type Group struct {
+	id  string
+	cfg Config
+
+	epoch       int32 // group epoch: grows when membership, subscriptions or their topics change
+	targetEpoch int32 // the epoch the target assignment was computed for
+	target      map[string]map[TP]struct{}
+	members     map[string]*member
+	static      map[string]string // instance id → member id
+	// metaHash is a hash of the subscribed topics (names, ids, partition
+	// counts) the group epoch was last computed for.
+	metaHash uint64
+}
+
+// New returns an empty group at epoch 0.
+func New(id string, cfg Config) *Group {
+	return &Group{id: id, cfg: cfg.withDefaults(), target: map[string]map[TP]struct{}{},
+		members: map[string]*member{}, static: map[string]string{}}
+}
+
+// ID is the group id.
+func (g *Group) ID() string { return g.id }
+
+// Epoch is the group epoch.
+func (g *Group) Epoch() int32 { return g.epoch }
+
+// TargetEpoch is the epoch of the target assignment.
+func (g *Group) TargetEpoch() int32 { return g.targetEpoch }
+
+// Empty reports whether the group has no members.
+func (g *Group) Empty() bool { return len(g.members) == 0 }
+
+// Members is the number of members.
+func (g *Group) Members() int { return len(g.members) }
+
+// State is the group state as ListGroups and ConsumerGroupDescribe name it:
+// Empty, Assigning (the target lags the group epoch), Reconciling (a member
+// has not reached the target epoch) or Stable.
+func (g *Group) State() string {
+	switch {
+	case len(g.members) == 0:
+		return "Empty"
+	case g.targetEpoch != g.epoch:
+		return "Assigning"
+	}
+	for _, m := range g.members {
+		if m.epoch != g.targetEpoch || m.state != Stable {
+			return "Reconciling"
+		}
+	}
+	return "Stable"
+}
+
+// Output is what an input asks of the shell.
+type Output struct {
+	// Persist: the durable state changed; write Snapshot before the
+	// answer leaves.
+	Persist bool
+	// Events are log lines worth keeping (members joining, leaving,
+	// fenced, epochs moving), in order.
+	Events []Event
+}
+
+// Event is one thing that happened, for the log.
+type Event struct {
+	What   string // "member joined", "member left", "member fenced", "session expired", "revocation timed out", "epoch bumped"
+	Member string
+	Epoch  int32
+	Why    string
+}
+
+func (o *Output) event(what, member string, epoch int32, why string) {
+	o.Events = append(o.Events, Event{What: what, Member: member, Epoch: epoch, Why: why})
+}
+
+// NextDeadline is the earliest session or revocation deadline (zero when
+// there is none): the shell arms one timer for it and calls Expire.
+func (g *Group) NextDeadline() time.Time {
+	var next time.Time
+	for _, m := range g.members {
+		for _, d := range []time.Time{m.sessionDeadline, m.revokingDeadline} {
+			if !d.IsZero() && (next.IsZero() || d.Before(next)) {
+				next = d
+			}
+		}
+	}
+	return next
+}
+
+// Expire removes members whose session expired and fences those that did
+// not give up their partitions within their rebalance timeout.
+func (g *Group) Expire(now time.Time, im *Image) Output {
+	var out Output
+	ids := g.memberIDs()
+	for _, id := range ids {
+		m := g.members[id]
+		switch {
+		case !m.sessionDeadline.IsZero() && !now.Before(m.sessionDeadline):
+			g.remove(m, &out, "session expired", "no heartbeat within the session timeout")
+		case !m.revokingDeadline.IsZero() && !now.Before(m.revokingDeadline):
+			g.remove(m, &out, "revocation timed out", "partitions not revoked within the rebalance timeout")
+		}
+	}
+	if out.Persist {
+		g.maybeAssign(im, &out)
+	}
+	return out
+}
+
+func (g *Group) memberIDs() []string {
+	ids := make([]string, 0, len(g.members))
+	for id := range g.members {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// remove drops a member, freeing its partitions, and bumps the group epoch.
+func (g *Group) remove(m *member, out *Output, what, why string) {
+	delete(g.members, m.id)
+	if m.static() && g.static[m.instanceID] == m.id {
+		delete(g.static, m.instanceID)
+	}
+	delete(g.target, m.id)
+	g.bump(out, why)
+	out.event(what, m.id, m.epoch, why)
+	out.Persist = true
+}
+
+func (g *Group) bump(out *Output, why string) {
+	g.epoch++
+	out.Persist = true
+	out.event("epoch bumped", "", g.epoch, why)
+}
+
+// subscribed returns the topic names member m subscribes to in im.
+func subscribed(m *member, im *Image) []string {
+	if m.regex == "" {
+		return m.names
+	}
+	re, err := regexp.Compile(m.regex)
+	if err != nil || im == nil {
+		return nil
+	}
+	var out []string
+	for _, n := range im.names {
+		if isInternal(n) {
+			continue
+		}
+		if loc := re.FindStringIndex(n); loc != nil && loc[0] == 0 && loc[1] == len(n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// isInternal: topics no subscription ever matches by regex.
+func isInternal(name string) bool {
+	return name == "__consumer_offsets" || name == "__transaction_state" || name == "__share_group_state"
+}
+
+// subscriptionHash hashes the subscribed topics as im shows them: a topic
+// created, deleted or grown changes it.
+func (g *Group) subscriptionHash(im *Image) uint64 {
+	seen := map[string]bool{}
+	for _, m := range g.members {
+		for _, n := range subscribed(m, im) {
+			seen[n] = true
+		}
+	}
+	names := make([]string, 0, len(seen))
+	for n := range seen {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	h := fnv.New64a()
+	for _, n := range names {
+		t, ok := im.ByName(n)
+		h.Write([]byte(n))
+		if ok {
+			h.Write(t.ID[:])
+			h.Write([]byte{byte(t.Partitions >> 24), byte(t.Partitions >> 16), byte(t.Partitions >> 8), byte(t.Partitions)})
+		}
+		h.Write([]byte{0})
+	}
+	return h.Sum64()
+}
+
+// maybeAssign bumps the group epoch when the subscribed topics changed and
+// computes a new target assignment when the group epoch moved past it.
+func (g *Group) maybeAssign(im *Image, out *Output) {
+	if h := g.subscriptionHash(im); h != g.metaHash {
+		g.metaHash = h
+		if len(g.members) > 0 && g.targetEpoch == g.epoch {
+			g.bump(out, "subscribed topics changed")
+		}
+	}
+	if g.targetEpoch == g.epoch {
+		return
+	}
+	subs := map[string][]string{}
+	for id, m := range g.members {
+		subs[id] = subscribed(m, im)
+	}
+	prev := map[string]map[TP]struct{}{}
+	for id, t := range g.target {
+		if _, ok := g.members[id]; ok {
+			prev[id] = t
+		}
+	}
+	g.target = assign(g.assignorName(), subs, prev, im)
+	g.targetEpoch = g.epoch
+	out.Persist = true
+}
+
+// assignorName is the assignor the group uses: the one most members ask
+// for, else the configured default.
+func (g *Group) assignorName() string {
+	votes := map[string]int{}
+	for _, m := range g.members {
+		if m.assignor != "" {
+			votes[m.assignor]++
+		}
+	}
+	best, n := g.cfg.Assignors[0], 0
+	for _, a := range g.cfg.Assignors {
+		if votes[a] > n {
+			best, n = a, votes[a]
+		}
+	}
+	return best
+}
+
+// owners maps every owned partition (assigned or being revoked) to its
+// member, except member skip.
+func (g *Group) owners(skip string) map[TP]string {
+	out := map[TP]string{}
+	for id, m := range g.members {
+		if id == skip {
+			continue
+		}
+		for tp := range m.assigned {
+			out[tp] = id
+		}
+		for tp := range m.revoking {
+			out[tp] = id
+		}
+	}
+	return out
+}
+
+// reconcile moves member m one step towards its target assignment, given
+// the partitions it says it owns (nil: it did not say). It reports whether
+// the member's epoch or assignment changed.
+func (g *Group) reconcile(m *member, owned map[TP]struct{}, now time.Time) bool {
+	switch m.state {
+	case Stable:
+		if m.epoch == g.targetEpoch {
+			return false
+		}
+	case UnrevokedPartitions:
+		if owned == nil {
+			return false
+		}
+		for tp := range m.revoking {
+			if _, still := owned[tp]; still {
+				return false
+			}
+		}
+	case UnreleasedPartitions:
+	}
+	return g.nextAssignment(m, owned, now)
+}
+
+// nextAssignment is Kafka's CurrentAssignmentBuilder.computeNextAssignment.
+func (g *Group) nextAssignment(m *member, owned map[TP]struct{}, now time.Time) bool {
+	target := g.target[m.id]
+	keep := map[TP]int32{}
+	revoke := map[TP]struct{}{}
+	for tp, e := range m.assigned {
+		if _, ok := target[tp]; ok {
+			keep[tp] = e
+		} else {
+			revoke[tp] = struct{}{}
+		}
+	}
+	ownsRevoked := owned == nil
+	for tp := range revoke {
+		if _, ok := owned[tp]; ok {
+			ownsRevoked = true
+		}
+	}
+	before := m.epoch
+	changed := false
+	if len(revoke) > 0 && ownsRevoked {
+		m.assigned, m.revoking, m.state = keep, revoke, UnrevokedPartitions
+		if m.revokingDeadline.IsZero() {
+			m.revokingDeadline = now.Add(m.rebalanceTimeout)
+		}
+		return true
+	}
+	if len(revoke) > 0 {
+		changed = true
+	}
+	others := g.owners(m.id)
+	unreleased := false
+	for tp := range target {
+		if _, have := keep[tp]; have {
+			continue
+		}
+		if _, taken := others[tp]; taken {
+			unreleased = true
+			continue
+		}
+		keep[tp] = g.targetEpoch
+		changed = true
+	}
+	m.assigned, m.revoking, m.revokingDeadline = keep, nil, time.Time{}
+	if m.epoch != g.targetEpoch {
+		m.prevEpoch, m.epoch = m.epoch, g.targetEpoch
+	}
+	if unreleased {
+		m.state = UnreleasedPartitions
+	} else {
+		m.state = Stable
+	}
+	return changed || before != m.epoch
+}
+
+// assignedOf returns a member's assignment as TopicPartitions.
+func assignedOf(m *member) []TopicPartitions { return grouped(m.assigned) }
+
+func sortedCopy(names []string) []string {
+	out := slices.Clone(names)
+	sort.Strings(out)
+	return slices.Compact(out)
+}

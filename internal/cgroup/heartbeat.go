@@ -1,0 +1,279 @@
+package cgroup
+
+import (
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// HeartbeatInput is a ConsumerGroupHeartbeat request (v0–1).
+type HeartbeatInput struct {
+	Version     int16
+	MemberID    string
+	MemberEpoch int32
+	InstanceID  *string
+	RackID      *string
+	// RebalanceTimeout is -1 (unchanged) or the member's rebalance timeout.
+	RebalanceTimeoutMs int32
+	// SubscribedTopicNames is nil when unchanged.
+	SubscribedTopicNames []string
+	// SubscribedTopicRegex is nil when unchanged; "" clears it.
+	SubscribedTopicRegex *string
+	// ServerAssignor is nil when unchanged.
+	ServerAssignor *string
+	// OwnedTopicPartitions is nil when unchanged (not sent).
+	OwnedTopicPartitions []TopicPartitions
+	OwnedSent            bool
+	ClientID, ClientHost string
+}
+
+// HeartbeatResult is the ConsumerGroupHeartbeat answer.
+type HeartbeatResult struct {
+	Err                 Code
+	ErrMessage          string
+	MemberID            string
+	MemberEpoch         int32
+	HeartbeatIntervalMs int32
+	// Assignment is set (HasAssignment) when the member must learn it: it
+	// joined, sent a full request, or its assignment changed.
+	HasAssignment bool
+	Assignment    []TopicPartitions
+}
+
+func (g *Group) fail(code Code, msg string) HeartbeatResult {
+	return HeartbeatResult{Err: code, ErrMessage: msg}
+}
+
+// validate is Kafka's request validation for a heartbeat.
+func (g *Group) validate(in HeartbeatInput) (Code, string) {
+	switch {
+	case in.Version >= 1 && in.MemberID == "":
+		return ErrInvalidRequest, "MemberId can't be empty."
+	case in.MemberEpoch < StaticLeaveEpoch:
+		return ErrInvalidRequest, "MemberEpoch is invalid."
+	case in.MemberEpoch == StaticLeaveEpoch && (in.InstanceID == nil || *in.InstanceID == ""):
+		return ErrInvalidRequest, "InstanceId can't be null."
+	case in.MemberEpoch > 0 && in.MemberID == "":
+		return ErrInvalidRequest, "MemberId can't be empty."
+	case in.InstanceID != nil && *in.InstanceID == "":
+		return ErrInvalidRequest, "InstanceId can't be empty."
+	}
+	if in.MemberEpoch == JoinEpoch {
+		switch {
+		case in.RebalanceTimeoutMs == -1:
+			return ErrInvalidRequest, "RebalanceTimeoutMs must be provided in first request."
+		case !in.OwnedSent || len(in.OwnedTopicPartitions) > 0:
+			return ErrInvalidRequest, "TopicPartitions must be empty when (re-)joining."
+		case in.SubscribedTopicNames == nil && (in.SubscribedTopicRegex == nil || *in.SubscribedTopicRegex == ""):
+			return ErrInvalidRequest, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+		}
+	}
+	if in.SubscribedTopicRegex != nil && *in.SubscribedTopicRegex != "" {
+		if _, err := regexp.Compile(*in.SubscribedTopicRegex); err != nil {
+			return ErrInvalidRegex, "SubscribedTopicRegex is invalid: " + err.Error()
+		}
+	}
+	if in.ServerAssignor != nil && *in.ServerAssignor != "" && !slices.Contains(g.cfg.Assignors, *in.ServerAssignor) {
+		return ErrUnsupportedAssignor, "ServerAssignor " + *in.ServerAssignor + " is not supported. Supported assignors: " + join(g.cfg.Assignors) + "."
+	}
+	return ErrNone, ""
+}
+
+func join(s []string) string {
+	out := ""
+	for i, x := range s {
+		if i > 0 {
+			out += ", "
+		}
+		out += x
+	}
+	return out
+}
+
+// Heartbeat serves one ConsumerGroupHeartbeat.
+func (g *Group) Heartbeat(now time.Time, im *Image, in HeartbeatInput) (HeartbeatResult, Output) {
+	var out Output
+	if code, msg := g.validate(in); code != ErrNone {
+		return g.fail(code, msg), out
+	}
+	if in.MemberEpoch == LeaveEpoch || in.MemberEpoch == StaticLeaveEpoch {
+		return g.leave(now, im, in)
+	}
+	var owned map[TP]struct{}
+	if in.OwnedSent {
+		owned = flat(in.OwnedTopicPartitions)
+	}
+	m, res, ok := g.memberFor(now, in, &out)
+	if !ok {
+		return res, out
+	}
+	before := maps.Clone(m.assigned)
+	if g.update(m, in) {
+		if g.targetEpoch == g.epoch {
+			g.bump(&out, "member "+m.id+" changed its subscription")
+		}
+	}
+	g.maybeAssign(im, &out)
+	if g.reconcile(m, owned, now) {
+		out.Persist = true
+	}
+	m.sessionDeadline = now.Add(g.cfg.SessionTimeout)
+	res = HeartbeatResult{MemberID: m.id, MemberEpoch: m.epoch, HeartbeatIntervalMs: int32(g.cfg.HeartbeatInterval / time.Millisecond)}
+	full := in.RebalanceTimeoutMs != -1 && (in.SubscribedTopicNames != nil || in.SubscribedTopicRegex != nil) && in.OwnedSent
+	if in.MemberEpoch == JoinEpoch || full || !maps.Equal(before, m.assigned) {
+		res.HasAssignment, res.Assignment = true, assignedOf(m)
+	}
+	return res, out
+}
+
+// memberFor finds the member a heartbeat speaks for, creating or replacing
+// it on a join, and checks its epoch.
+func (g *Group) memberFor(now time.Time, in HeartbeatInput, out *Output) (*member, HeartbeatResult, bool) {
+	instance := ""
+	if in.InstanceID != nil {
+		instance = *in.InstanceID
+	}
+	if in.MemberEpoch != JoinEpoch {
+		m := g.members[in.MemberID]
+		if m == nil {
+			return nil, g.fail(ErrUnknownMemberID, "Member "+in.MemberID+" is not a member of group "+g.id+"."), false
+		}
+		if instance != "" && g.static[instance] != m.id {
+			return nil, g.fail(ErrFencedInstanceID, "Static member "+in.MemberID+" with instance id "+instance+" was fenced by another member."), false
+		}
+		if in.MemberEpoch != m.epoch {
+			// A member that missed the answer that moved it on retries with
+			// its previous epoch: accepted while it owns no partition it no
+			// longer has.
+			ok := in.MemberEpoch == m.prevEpoch && in.OwnedSent
+			if ok {
+				for tp := range flat(in.OwnedTopicPartitions) {
+					if _, has := m.assigned[tp]; !has {
+						ok = false
+						break
+					}
+				}
+			}
+			if !ok {
+				return nil, g.fail(ErrFencedMemberEpoch, "The consumer group member has a smaller member epoch ("+itoa(in.MemberEpoch)+") than the one known by the group coordinator ("+itoa(m.epoch)+"). The member must abandon all its partitions and rejoin."), false
+			}
+		}
+		return m, HeartbeatResult{}, true
+	}
+	// Joining (epoch 0).
+	id := in.MemberID
+	if id == "" {
+		id = g.cfg.NewMemberID()
+	}
+	if instance != "" {
+		if oldID, ok := g.static[instance]; ok {
+			old := g.members[oldID]
+			if old.epoch != StaticLeaveEpoch && oldID != id {
+				return nil, g.fail(ErrUnreleasedInstanceID, "Static member with instance id "+instance+" is not released yet."), false
+			}
+			// The instance comes back: the new member takes the old one's
+			// place, its assignment and its target, without a new epoch.
+			m := *old
+			m.id, m.epoch, m.prevEpoch, m.state = id, 0, 0, Stable
+			m.revoking, m.revokingDeadline = nil, time.Time{}
+			m.assigned = maps.Clone(old.assigned)
+			delete(g.members, oldID)
+			if t, ok := g.target[oldID]; ok {
+				delete(g.target, oldID)
+				g.target[id] = t
+			}
+			g.members[id] = &m
+			g.static[instance] = id
+			out.event("member joined", id, 0, "replaces static member "+oldID+" (instance "+instance+")")
+			out.Persist = true
+			return &m, HeartbeatResult{}, true
+		}
+	}
+	if old := g.members[id]; old != nil {
+		// A member rejoining with epoch 0 under its id starts over: what
+		// it had is given up, as when it was fenced.
+		g.remove(old, out, "member fenced", "rejoined with epoch 0")
+	} else if g.cfg.MaxSize > 0 && len(g.members) >= g.cfg.MaxSize {
+		return nil, g.fail(ErrGroupMaxSizeReached, "The consumer group has reached its maximum capacity of "+itoa(int32(g.cfg.MaxSize))+" members."), false
+	}
+	m := &member{id: id, instanceID: instance, assigned: map[TP]int32{}, state: Stable}
+	g.members[id] = m
+	if instance != "" {
+		g.static[instance] = id
+	}
+	g.bump(out, "member "+id+" joined")
+	out.event("member joined", id, 0, "")
+	return m, HeartbeatResult{}, true
+}
+
+// update applies the fields a heartbeat carries; it reports whether the
+// member's subscription (topics, regex or assignor) changed.
+func (g *Group) update(m *member, in HeartbeatInput) bool {
+	changed := false
+	if in.RebalanceTimeoutMs >= 0 {
+		m.rebalanceTimeout = time.Duration(in.RebalanceTimeoutMs) * time.Millisecond
+	}
+	if in.RackID != nil {
+		m.rackID = *in.RackID
+	}
+	if in.ClientID != "" {
+		m.clientID = in.ClientID
+	}
+	if in.ClientHost != "" {
+		m.clientHost = in.ClientHost
+	}
+	if in.SubscribedTopicNames != nil {
+		names := sortedCopy(in.SubscribedTopicNames)
+		if !slices.Equal(names, m.names) || m.regex != "" && in.SubscribedTopicRegex == nil {
+			changed = true
+		}
+		m.names = names
+		if in.SubscribedTopicRegex == nil {
+			m.regex = ""
+		}
+	}
+	if in.SubscribedTopicRegex != nil && *in.SubscribedTopicRegex != m.regex {
+		m.regex, changed = *in.SubscribedTopicRegex, true
+		if m.regex != "" && in.SubscribedTopicNames == nil {
+			m.names = nil
+		}
+	}
+	if in.ServerAssignor != nil && *in.ServerAssignor != m.assignor {
+		m.assignor, changed = *in.ServerAssignor, true
+	}
+	return changed
+}
+
+// leave serves a heartbeat with epoch -1 (leave) or -2 (a static member
+// leaving for now: it keeps its partitions until it is back or its session
+// ends).
+func (g *Group) leave(now time.Time, im *Image, in HeartbeatInput) (HeartbeatResult, Output) {
+	var out Output
+	var m *member
+	if in.InstanceID != nil {
+		m = g.members[g.static[*in.InstanceID]]
+		if m == nil {
+			return g.fail(ErrUnknownMemberID, "Instance id "+*in.InstanceID+" is unknown."), out
+		}
+		if m.id != in.MemberID {
+			return g.fail(ErrFencedInstanceID, "Static member "+in.MemberID+" with instance id "+*in.InstanceID+" was fenced by another member."), out
+		}
+	} else if m = g.members[in.MemberID]; m == nil {
+		return g.fail(ErrUnknownMemberID, "Member "+in.MemberID+" is not a member of group "+g.id+"."), out
+	}
+	if in.MemberEpoch == StaticLeaveEpoch {
+		m.prevEpoch, m.epoch = m.epoch, StaticLeaveEpoch
+		m.revoking, m.revokingDeadline, m.state = nil, time.Time{}, Stable
+		m.sessionDeadline = now.Add(g.cfg.SessionTimeout)
+		out.Persist = true
+		out.event("member left", m.id, StaticLeaveEpoch, "static member left for now")
+	} else {
+		g.remove(m, &out, "member left", "left the group")
+		g.maybeAssign(im, &out)
+	}
+	return HeartbeatResult{MemberID: in.MemberID, MemberEpoch: in.MemberEpoch, HeartbeatIntervalMs: int32(g.cfg.HeartbeatInterval / time.Millisecond)}, out
+}
+
+func itoa(n int32) string { return strconv.Itoa(int(n)) }

@@ -1,0 +1,425 @@
+package cgroup
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+)
+
+var (
+	topicA = TopicID{0xa}
+	topicB = TopicID{0xb}
+	topicC = TopicID{0xc}
+	t0     = time.Unix(1_700_000_000, 0)
+)
+
+func testImage() *Image {
+	return NewImage(Topic{"a", topicA, 6}, Topic{"b", topicB, 3}, Topic{"__consumer_offsets", TopicID{0xf}, 50})
+}
+
+// fixture drives one group with deterministic member ids.
+type fixture struct {
+	t   *testing.T
+	g   *Group
+	im  *Image
+	now time.Time
+	ids int
+}
+
+func newFixture(t *testing.T, tune ...func(*Config)) *fixture {
+	f := &fixture{t: t, im: testImage(), now: t0}
+	cfg := DefaultConfig()
+	cfg.NewMemberID = func() string { f.ids++; return fmt.Sprintf("m%d", f.ids) }
+	for _, fn := range tune {
+		fn(&cfg)
+	}
+	f.g = New("g", cfg)
+	return f
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func (f *fixture) joinIn(id string, topics ...string) HeartbeatInput {
+	return HeartbeatInput{Version: 1, MemberID: id, MemberEpoch: 0, RebalanceTimeoutMs: 10_000,
+		SubscribedTopicNames: topics, OwnedSent: true, OwnedTopicPartitions: []TopicPartitions{}}
+}
+
+func (f *fixture) hb(in HeartbeatInput) HeartbeatResult {
+	f.t.Helper()
+	res, _ := f.g.Heartbeat(f.now, f.im, in)
+	f.checkDisjoint()
+	return res
+}
+
+func (f *fixture) ok(in HeartbeatInput) HeartbeatResult {
+	f.t.Helper()
+	res := f.hb(in)
+	if res.Err != ErrNone {
+		f.t.Fatalf("heartbeat %+v: %v %s", in, res.Err, res.ErrMessage)
+	}
+	return res
+}
+
+// steady is a heartbeat of a member that owns exactly owned.
+func steady(id string, epoch int32, owned []TopicPartitions) HeartbeatInput {
+	if owned == nil {
+		owned = []TopicPartitions{}
+	}
+	return HeartbeatInput{Version: 1, MemberID: id, MemberEpoch: epoch, RebalanceTimeoutMs: -1, OwnedSent: true, OwnedTopicPartitions: owned}
+}
+
+func (f *fixture) checkDisjoint() {
+	f.t.Helper()
+	seen := map[TP]string{}
+	for id, m := range f.g.members {
+		for tp := range m.assigned {
+			if o, dup := seen[tp]; dup {
+				f.t.Fatalf("partition %v owned by %s and %s", tp, o, id)
+			}
+			seen[tp] = id
+		}
+		for tp := range m.revoking {
+			if o, dup := seen[tp]; dup {
+				f.t.Fatalf("partition %v owned by %s and %s (revoking)", tp, o, id)
+			}
+			seen[tp] = id
+		}
+	}
+}
+
+func count(tps []TopicPartitions) int {
+	n := 0
+	for _, t := range tps {
+		n += len(t.Partitions)
+	}
+	return n
+}
+
+func TestFirstMemberGetsEveryPartitionAtEpochOne(t *testing.T) {
+	f := newFixture(t)
+	res := f.ok(f.joinIn("m-a", "a", "b"))
+	if res.MemberEpoch != 1 || !res.HasAssignment || count(res.Assignment) != 9 || res.HeartbeatIntervalMs != 5000 {
+		t.Fatalf("join: %+v", res)
+	}
+	if f.g.State() != "Stable" || f.g.Epoch() != 1 || f.g.TargetEpoch() != 1 {
+		t.Fatalf("group %s epoch %d target %d", f.g.State(), f.g.Epoch(), f.g.TargetEpoch())
+	}
+	// A plain heartbeat that changes nothing: no assignment, nothing to persist.
+	res, out := f.g.Heartbeat(f.now, f.im, HeartbeatInput{Version: 1, MemberID: "m-a", MemberEpoch: 1, RebalanceTimeoutMs: -1})
+	if res.Err != ErrNone || res.HasAssignment || out.Persist {
+		t.Fatalf("steady heartbeat: %+v persist=%v", res, out.Persist)
+	}
+}
+
+func TestV0JoinGetsAServerMemberID(t *testing.T) {
+	f := newFixture(t)
+	in := f.joinIn("", "a")
+	in.Version = 0
+	res := f.ok(in)
+	if res.MemberID != "m1" {
+		t.Fatalf("member id %q", res.MemberID)
+	}
+	in.Version = 1
+	if res := f.hb(in); res.Err != ErrInvalidRequest {
+		t.Fatalf("v1 without a member id: %v", res.Err)
+	}
+}
+
+// TestSecondMemberWaitsForTheFirstToRevoke walks the incremental handover:
+// the newcomer is at the new epoch with nothing (its partitions are still
+// the first member's), the first member keeps its epoch until it says it
+// let go, then both are Stable and the partitions are split.
+func TestSecondMemberWaitsForTheFirstToRevoke(t *testing.T) {
+	f := newFixture(t)
+	r1 := f.ok(f.joinIn("m-a", "a"))
+	r2 := f.ok(f.joinIn("m-b", "a"))
+	if r2.MemberEpoch != 2 || count(r2.Assignment) != 0 {
+		t.Fatalf("newcomer: %+v", r2)
+	}
+	if st := f.g.members["m-b"].state; st != UnreleasedPartitions {
+		t.Fatalf("newcomer state %v", st)
+	}
+	if f.g.State() != "Reconciling" {
+		t.Fatalf("group %s", f.g.State())
+	}
+	r1 = f.ok(steady("m-a", 1, r1.Assignment))
+	if r1.MemberEpoch != 1 || !r1.HasAssignment || count(r1.Assignment) != 3 {
+		t.Fatalf("first member asked to revoke: %+v", r1)
+	}
+	if st := f.g.members["m-a"].state; st != UnrevokedPartitions {
+		t.Fatalf("first member state %v", st)
+	}
+	// Not yet revoked (still reports six): nothing moves.
+	full := []TopicPartitions{{topicA, []int32{0, 1, 2, 3, 4, 5}}}
+	if r := f.ok(steady("m-a", 1, full)); r.MemberEpoch != 1 {
+		t.Fatalf("still revoking: %+v", r)
+	}
+	if r := f.ok(steady("m-b", 2, nil)); count(r.Assignment) != 0 {
+		t.Fatalf("newcomer got partitions still owned: %+v", r)
+	}
+	r1 = f.ok(steady("m-a", 1, r1.Assignment))
+	if r1.MemberEpoch != 2 {
+		t.Fatalf("after revoking: %+v", r1)
+	}
+	r2 = f.ok(steady("m-b", 2, nil))
+	if !r2.HasAssignment || count(r2.Assignment) != 3 {
+		t.Fatalf("newcomer after release: %+v", r2)
+	}
+	if f.g.State() != "Stable" {
+		t.Fatalf("group %s", f.g.State())
+	}
+}
+
+func TestLeavingFreesPartitionsForTheOthers(t *testing.T) {
+	f := newFixture(t)
+	r1 := f.ok(f.joinIn("m-a", "a"))
+	r2 := f.ok(f.joinIn("m-b", "a"))
+	r1 = f.ok(steady("m-a", 1, r1.Assignment))
+	r1 = f.ok(steady("m-a", 1, r1.Assignment))
+	r2 = f.ok(steady("m-b", r2.MemberEpoch, nil))
+	if count(r2.Assignment) != 3 {
+		t.Fatalf("setup: %+v", r2)
+	}
+	res := f.ok(HeartbeatInput{Version: 1, MemberID: "m-b", MemberEpoch: LeaveEpoch, RebalanceTimeoutMs: -1})
+	if res.MemberEpoch != LeaveEpoch {
+		t.Fatalf("leave answer %+v", res)
+	}
+	r1 = f.ok(steady("m-a", r1.MemberEpoch, r1.Assignment))
+	if count(r1.Assignment) != 6 || r1.MemberEpoch != 3 {
+		t.Fatalf("after the other left: %+v", r1)
+	}
+	if res := f.hb(steady("m-b", 2, nil)); res.Err != ErrUnknownMemberID {
+		t.Fatalf("heartbeat after leaving: %v", res.Err)
+	}
+}
+
+func TestStaticMemberComesBackWithItsPartitions(t *testing.T) {
+	f := newFixture(t)
+	in := f.joinIn("m-a", "a")
+	in.InstanceID = ptr("i-1")
+	r1 := f.ok(in)
+	in2 := f.joinIn("m-b", "a")
+	in2.InstanceID = ptr("i-2")
+	f.ok(in2)
+	r1 = f.ok(withInstance(steady("m-a", 1, r1.Assignment), "i-1")) // asked to revoke half
+	kept := r1.Assignment
+	f.ok(withInstance(steady("m-a", 1, kept), "i-1"))
+	epoch := f.g.Epoch()
+	// Leaves for now, then the same instance returns under a new member id.
+	if res := f.ok(withInstance(HeartbeatInput{Version: 1, MemberID: "m-a", MemberEpoch: StaticLeaveEpoch, RebalanceTimeoutMs: -1}, "i-1")); res.MemberEpoch != StaticLeaveEpoch {
+		t.Fatalf("static leave %+v", res)
+	}
+	other := f.joinIn("m-x", "a")
+	other.InstanceID = ptr("i-2")
+	if res := f.hb(other); res.Err != ErrUnreleasedInstanceID {
+		t.Fatalf("instance i-2 taken while its member is active: %v", res.Err)
+	}
+	back := f.joinIn("m-c", "a")
+	back.InstanceID = ptr("i-1")
+	res := f.ok(back)
+	if !slices.EqualFunc(res.Assignment, kept, func(a, b TopicPartitions) bool { return a.Topic == b.Topic && slices.Equal(a.Partitions, b.Partitions) }) {
+		t.Fatalf("returning static member got %v, had %v", res.Assignment, kept)
+	}
+	if f.g.Epoch() != epoch {
+		t.Fatalf("group epoch moved %d -> %d on a static return", epoch, f.g.Epoch())
+	}
+	if res.MemberEpoch != f.g.TargetEpoch() {
+		t.Fatalf("returned at epoch %d, target %d", res.MemberEpoch, f.g.TargetEpoch())
+	}
+	// The old member id is gone; a -2 with the wrong member id is fenced.
+	if res := f.hb(withInstance(HeartbeatInput{Version: 1, MemberID: "m-a", MemberEpoch: StaticLeaveEpoch, RebalanceTimeoutMs: -1}, "i-1")); res.Err != ErrFencedInstanceID {
+		t.Fatalf("old member id leaving: %v", res.Err)
+	}
+}
+
+func withInstance(in HeartbeatInput, id string) HeartbeatInput {
+	in.InstanceID = ptr(id)
+	return in
+}
+
+func TestEpochFencing(t *testing.T) {
+	f := newFixture(t)
+	r1 := f.ok(f.joinIn("m-a", "a"))
+	if res := f.hb(steady("m-a", 7, r1.Assignment)); res.Err != ErrFencedMemberEpoch {
+		t.Fatalf("future epoch: %v", res.Err)
+	}
+	r2 := f.ok(f.joinIn("m-b", "a"))
+	_ = r2
+	r1b := f.ok(steady("m-a", 1, r1.Assignment)) // asked to revoke, epoch 1
+	f.ok(steady("m-a", 1, r1b.Assignment))       // revoked: epoch 2
+	// The answer that moved m-a to epoch 2 was lost: it retries with epoch 1
+	// owning a subset of what it has: accepted.
+	if res := f.hb(steady("m-a", 1, r1b.Assignment)); res.Err != ErrNone || res.MemberEpoch != 2 {
+		t.Fatalf("previous epoch with owned subset: %+v", res)
+	}
+	// The previous epoch while owning a partition it no longer has: fenced.
+	if res := f.hb(steady("m-a", 1, r1.Assignment)); res.Err != ErrFencedMemberEpoch {
+		t.Fatalf("previous epoch owning revoked partitions: %v", res.Err)
+	}
+	if res := f.hb(steady("nobody", 1, nil)); res.Err != ErrUnknownMemberID {
+		t.Fatalf("unknown member: %v", res.Err)
+	}
+}
+
+func TestHeartbeatValidation(t *testing.T) {
+	f := newFixture(t)
+	cases := []struct {
+		name string
+		in   HeartbeatInput
+		want Code
+	}{
+		{"no rebalance timeout on join", HeartbeatInput{Version: 1, MemberID: "x", RebalanceTimeoutMs: -1, SubscribedTopicNames: []string{"a"}, OwnedSent: true}, ErrInvalidRequest},
+		{"owned partitions on join", HeartbeatInput{Version: 1, MemberID: "x", RebalanceTimeoutMs: 1, SubscribedTopicNames: []string{"a"}, OwnedSent: true, OwnedTopicPartitions: []TopicPartitions{{topicA, []int32{0}}}}, ErrInvalidRequest},
+		{"no subscription on join", HeartbeatInput{Version: 1, MemberID: "x", RebalanceTimeoutMs: 1, OwnedSent: true}, ErrInvalidRequest},
+		{"bad epoch", HeartbeatInput{Version: 1, MemberID: "x", MemberEpoch: -3}, ErrInvalidRequest},
+		{"static leave without instance", HeartbeatInput{Version: 1, MemberID: "x", MemberEpoch: -2}, ErrInvalidRequest},
+		{"bad regex", HeartbeatInput{Version: 1, MemberID: "x", RebalanceTimeoutMs: 1, SubscribedTopicRegex: ptr("a("), OwnedSent: true}, ErrInvalidRegex},
+		{"unknown assignor", HeartbeatInput{Version: 1, MemberID: "x", RebalanceTimeoutMs: 1, SubscribedTopicNames: []string{"a"}, ServerAssignor: ptr("cooperative"), OwnedSent: true}, ErrUnsupportedAssignor},
+	}
+	for _, c := range cases {
+		if res := f.hb(c.in); res.Err != c.want || res.ErrMessage == "" {
+			t.Errorf("%s: %v %q, want %v", c.name, res.Err, res.ErrMessage, c.want)
+		}
+	}
+	if !f.g.Empty() {
+		t.Fatal("a refused heartbeat created a member")
+	}
+}
+
+func TestSessionExpiryAndRevocationTimeout(t *testing.T) {
+	f := newFixture(t)
+	r1 := f.ok(f.joinIn("m-a", "a"))
+	f.now = f.now.Add(time.Second)
+	f.ok(f.joinIn("m-b", "a"))
+	f.ok(steady("m-a", 1, r1.Assignment)) // asked to revoke; never does
+	if d := f.g.NextDeadline(); !d.Equal(f.now.Add(10 * time.Second)) {
+		t.Fatalf("next deadline %v, want the revocation deadline %v", d, f.now.Add(10*time.Second))
+	}
+	f.now = f.now.Add(10 * time.Second)
+	out := f.g.Expire(f.now, f.im)
+	if f.g.members["m-a"] != nil || !out.Persist || out.Events[0].What != "revocation timed out" && out.Events[1].What != "revocation timed out" {
+		t.Fatalf("member that kept its partitions past the rebalance timeout: still there, events %+v", out.Events)
+	}
+	r2 := f.ok(steady("m-b", f.g.members["m-b"].epoch, nil))
+	if count(r2.Assignment) != 6 {
+		t.Fatalf("after the fence: %+v", r2)
+	}
+	f.now = f.now.Add(45 * time.Second)
+	f.g.Expire(f.now, f.im)
+	if !f.g.Empty() || f.g.State() != "Empty" {
+		t.Fatalf("session expiry left %d members", f.g.Members())
+	}
+}
+
+func TestRegexSubscriptionFollowsTopics(t *testing.T) {
+	f := newFixture(t)
+	in := f.joinIn("m-a")
+	in.SubscribedTopicNames, in.SubscribedTopicRegex = nil, ptr("[a-c]|__.*")
+	r := f.ok(in)
+	if count(r.Assignment) != 9 {
+		t.Fatalf("regex assignment %v (internal topics must not match)", r.Assignment)
+	}
+	epoch := f.g.Epoch()
+	f.im = NewImage(Topic{"a", topicA, 6}, Topic{"b", topicB, 3}, Topic{"c", topicC, 2}, Topic{"__consumer_offsets", TopicID{0xf}, 50})
+	r = f.ok(steady("m-a", r.MemberEpoch, r.Assignment))
+	if count(r.Assignment) != 11 || f.g.Epoch() != epoch+1 {
+		t.Fatalf("after topic c was created: %v, epoch %d -> %d", r.Assignment, epoch, f.g.Epoch())
+	}
+}
+
+func TestRangeAssignorChosenByTheMembers(t *testing.T) {
+	f := newFixture(t)
+	in := f.joinIn("m-a", "a")
+	in.ServerAssignor = ptr(AssignorRange)
+	f.ok(in)
+	in = f.joinIn("m-b", "a")
+	in.ServerAssignor = ptr(AssignorRange)
+	f.ok(in)
+	if d := f.g.Describe(); d.Assignor != AssignorRange || len(d.Members) != 2 {
+		t.Fatalf("describe %+v", d)
+	}
+	want := map[string][]int32{"m-a": {0, 1, 2}, "m-b": {3, 4, 5}}
+	for id, w := range want {
+		got := grouped(f.g.target[id])
+		if len(got) != 1 || !slices.Equal(got[0].Partitions, w) {
+			t.Errorf("range target of %s: %v, want %v", id, got, w)
+		}
+	}
+}
+
+func TestGroupMaxSize(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.MaxSize = 1 })
+	f.ok(f.joinIn("m-a", "a"))
+	if res := f.hb(f.joinIn("m-b", "a")); res.Err != ErrGroupMaxSizeReached {
+		t.Fatalf("second member of a group of at most one: %v", res.Err)
+	}
+}
+
+// TestCommitEpochs: KIP-1251's rule, assignment epoch <= commit epoch <=
+// member epoch, per partition; a newer epoch and strangers fail the request.
+func TestCommitEpochs(t *testing.T) {
+	f := newFixture(t)
+	r1 := f.ok(f.joinIn("m-a", "a"))
+	f.ok(f.joinIn("m-b", "a"))
+	r1 = f.ok(steady("m-a", 1, r1.Assignment))
+	f.ok(steady("m-a", 1, r1.Assignment)) // m-a at epoch 2 with partitions assigned at epoch 1
+	r2 := f.ok(steady("m-b", 2, nil))     // m-b at epoch 2 with partitions assigned at epoch 2
+	var p0, p5 TP                         // one partition of m-a's, one of m-b's
+	for tp := range f.g.members["m-a"].assigned {
+		p0 = tp
+	}
+	for tp := range f.g.members["m-b"].assigned {
+		p5 = tp
+	}
+	if len(f.g.members["m-a"].assigned) != 3 || count(r2.Assignment) != 3 {
+		t.Fatalf("setup: %v / %v", f.g.members["m-a"].assigned, r2.Assignment)
+	}
+	if code, bad := f.g.CheckCommit(CommitCheck{MemberID: "m-a", MemberEpoch: 2, Version: 9}, []TP{p0}); code != ErrNone || bad != nil {
+		t.Fatalf("current epoch: %v %v", code, bad)
+	}
+	if code, bad := f.g.CheckCommit(CommitCheck{MemberID: "m-a", MemberEpoch: 1, Version: 9}, []TP{p0, p5}); code != ErrNone || bad[p0] != ErrNone || bad[p5] != ErrStaleMemberEpoch {
+		t.Fatalf("older epoch: %v %v (p0 assigned at 1: ok; p5 is not m-a's: stale)", code, bad)
+	}
+	if _, bad := f.g.CheckCommit(CommitCheck{MemberID: "m-b", MemberEpoch: 1, Version: 9}, []TP{p5}); bad[p5] != ErrStaleMemberEpoch {
+		t.Fatalf("epoch older than the assignment: %v", bad)
+	}
+	if code, _ := f.g.CheckCommit(CommitCheck{MemberID: "m-a", MemberEpoch: 3, Version: 9}, []TP{p0}); code != ErrStaleMemberEpoch {
+		t.Fatalf("newer epoch: %v", code)
+	}
+	if code, _ := f.g.CheckCommit(CommitCheck{MemberID: "m-a", MemberEpoch: 3, Transactional: true}, []TP{p0}); code != ErrIllegalGeneration {
+		t.Fatalf("transactional newer epoch: %v", code)
+	}
+	if code, _ := f.g.CheckCommit(CommitCheck{MemberID: "m-a", MemberEpoch: 2, Version: 8}, []TP{p0}); code != ErrUnsupportedVersion {
+		t.Fatalf("v8 from a consumer-protocol member: %v", code)
+	}
+	if code, _ := f.g.CheckCommit(CommitCheck{MemberID: "zz", MemberEpoch: 2, Version: 9}, []TP{p0}); code != ErrUnknownMemberID {
+		t.Fatalf("stranger: %v", code)
+	}
+	if code, _ := f.g.CheckCommit(CommitCheck{MemberEpoch: -1, Version: 9}, []TP{p0}); code != ErrUnknownMemberID {
+		t.Fatalf("admin commit to a group with members: %v", code)
+	}
+}
+
+func TestSnapshotRestoreContinuesTheEpochs(t *testing.T) {
+	f := newFixture(t)
+	r1 := f.ok(f.joinIn("m-a", "a", "b"))
+	f.ok(f.joinIn("m-b", "a"))
+	r1 = f.ok(steady("m-a", 1, r1.Assignment)) // mid-revocation
+	snap := f.g.Snapshot()
+	g2 := New("g", DefaultConfig())
+	if err := g2.Restore(f.now, snap); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.EqualFunc(f.g.members, g2.members, func(a, b *member) bool {
+		return a.epoch == b.epoch && a.state == b.state && maps.Equal(a.assigned, b.assigned) && maps.Equal(a.revoking, b.revoking)
+	}) || g2.Epoch() != f.g.Epoch() || g2.TargetEpoch() != f.g.TargetEpoch() {
+		t.Fatalf("restored group differs: %+v vs %+v", g2.Snapshot(), snap)
+	}
+	f.g = g2
+	r1 = f.ok(steady("m-a", 1, r1.Assignment))
+	if r1.MemberEpoch != 2 {
+		t.Fatalf("revocation finished at the new owner: %+v", r1)
+	}
+}
