@@ -281,6 +281,10 @@ type run struct {
 	notes    []string
 	began    time.Time
 	downed   map[int32]bool // brokers this run killed, froze or stopped
+	// genEnd and endAt are the group's generation, and the time, when the
+	// measured part of the run ended (before its members stop).
+	genEnd int32
+	endAt  time.Time
 	// genBefore is the group's generation just before a chaos scenario's
 	// failure (-1: none formed; 0: not a chaos scenario).
 	genBefore int32
@@ -694,6 +698,9 @@ func (r *run) finish() {
 	r.logf("%d acknowledged records (%d failed produces), all consumed: %v", a, f, err == nil)
 	r.listedOnce(20 * time.Second)
 	r.logf("listed once")
+	// The measured part ends here: members leaving below rebalance the
+	// group, which no failure caused.
+	r.genEnd, r.endAt = r.generation(), time.Now()
 	r.stopAll()
 	r.logf("members stopped")
 	r.stopSampler()
@@ -778,7 +785,10 @@ func runPair(t *testing.T, sc scenario, drv driver, v volume) {
 		if r != nil {
 			res.failover = r.failover
 			if r.genBefore != 0 {
-				res.genBefore, res.genAfter = r.genBefore, r.generation()
+				res.genBefore, res.genAfter = r.genBefore, r.genEnd
+				if r.endAt.IsZero() {
+					res.genAfter = r.generation()
+				}
 			}
 			res.dups = r.got.duplicates()
 			r.tapFigures(&res)
@@ -1121,7 +1131,7 @@ func (r *run) tapFigures(res *result) {
 	if !r.failAt.IsZero() {
 		from = r.failAt
 	}
-	s := r.c.rec.Since(from)
+	s := r.c.rec.Between(from, r.endAt)
 	res.errs = s.Errors
 	if !r.failAt.IsZero() {
 		res.rebalances = len(s.Rebalances)

@@ -50,10 +50,18 @@ type Summary struct {
 }
 
 // Since summarizes the events at or after from.
-func (r *Recorder) Since(from time.Time) Summary {
+func (r *Recorder) Since(from time.Time) Summary { return r.Between(from, time.Time{}) }
+
+// Between summarizes the events at or after from and before until (zero:
+// no end), so that what happens after a run's measured part (its members
+// leaving) is not counted.
+func (r *Recorder) Between(from, until time.Time) Summary {
 	r.mu.Lock()
 	evs := slices.Clone(r.events)
 	r.mu.Unlock()
+	if !until.IsZero() {
+		evs = slices.DeleteFunc(evs, func(ev Event) bool { return !ev.At.Before(until) })
+	}
 	s := Summary{Errors: map[int16]int{}, GenBefore: -1, GenAfter: -1}
 	for _, ev := range evs {
 		if ev.Generation >= 0 {

@@ -338,6 +338,12 @@ func TestRecorderCountsRebalancesAfterAMoment(t *testing.T) {
 	if s.GenBefore != 1 || s.GenAfter != 3 || len(s.Rebalances) != 2 || s.Errors[16] != 1 {
 		t.Errorf("summary %+v", s)
 	}
+	// Up to a moment: the generation formed at 7 s (members leaving at the
+	// end of a run) is not counted.
+	s = rec.Between(t0.Add(time.Second), t0.Add(7*time.Second))
+	if s.GenBefore != 1 || s.GenAfter != 2 || len(s.Rebalances) != 1 || s.Errors[16] != 1 {
+		t.Errorf("summary up to 7s %+v", s)
+	}
 }
 
 // TestSplitterFramesInOneRead: several frames in one read, an empty one
