@@ -18,6 +18,27 @@ import (
 	"github.com/kaas-dev/kaas/internal/wire"
 )
 
+// slot is a partition of a commit response, by topic and partition index.
+type slot struct{ t, p int }
+
+// refuse answers the partitions a consumer group refused on their own (a
+// stale member epoch, KIP-1251) and returns the pending slots left.
+func refuse(pending []slot, refused map[offsets.TP]error, at func(t, p int) (string, int32, *int16)) []slot {
+	if len(refused) == 0 {
+		return pending
+	}
+	left := pending[:0:0]
+	for _, s := range pending {
+		topic, partition, code := at(s.t, s.p)
+		if err, ok := refused[offsets.TP{Topic: topic, Partition: partition}]; ok {
+			*code = coordError(err).Code
+			continue
+		}
+		left = append(left, s)
+	}
+	return left
+}
+
 // maxOffsetMetadata is Kafka's offset.metadata.max.bytes default.
 const maxOffsetMetadata = 4096
 
@@ -41,7 +62,6 @@ func (b *Broker) handleOffsetCommit(ctx context.Context, c *conn, req wire.Reque
 	resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
 	nowMs := b.now().UnixMilli()
 	offs := map[offsets.TP]offsets.Offset{}
-	type slot struct{ t, p int }
 	var pending []slot
 	for ti, rt := range r.Topics {
 		st := kmsg.NewOffsetCommitResponseTopic()
@@ -103,11 +123,15 @@ func (b *Broker) handleOffsetCommit(ctx context.Context, c *conn, req wire.Reque
 	// Checked and queued now, in request order; the fsync is waited for in
 	// the response's turn, so commits pipelined on one connection share
 	// durable writes without being reordered.
-	wait, err := b.coord.Commit(coord.CommitInput{Group: r.Group, Generation: gen, MemberID: member, InstanceID: r.InstanceID, Offsets: offs})
+	wait, refused, err := b.coord.Commit(coord.CommitInput{Group: r.Group, Version: r.Version, Generation: gen, MemberID: member, InstanceID: r.InstanceID, Offsets: offs})
 	if err != nil {
 		fail(err)
 		return now(resp)
 	}
+	pending = refuse(pending, refused, func(t, p int) (string, int32, *int16) {
+		rt := &resp.Topics[t]
+		return rt.Topic, rt.Partitions[p].Partition, &rt.Partitions[p].ErrorCode
+	})
 	return func() kmsg.Response {
 		if err := wait(ctx); err != nil {
 			fail(err)

@@ -2,7 +2,7 @@ package broker
 
 // ListGroups. Lists only the groups this broker coordinates
 // (admin clients union the answers of every broker). v4 filters by state,
-// v5 by type (every kaas group is "classic").
+// v5 by type ("classic", or "consumer" for a KIP-848 group).
 
 import (
 	"context"
@@ -38,11 +38,15 @@ func (b *Broker) handleListGroups(_ context.Context, c *conn, req wire.Request) 
 		if r.Version >= 4 && !match(r.StatesFilter, g.State) {
 			continue
 		}
-		if r.Version >= 5 && !match(r.TypesFilter, "classic") {
+		typ := g.Type
+		if typ == "" {
+			typ = "classic"
+		}
+		if r.Version >= 5 && !match(r.TypesFilter, typ) {
 			continue
 		}
 		lg := kmsg.NewListGroupsResponseGroup()
-		lg.Group, lg.ProtocolType, lg.GroupState, lg.GroupType = g.Group, g.ProtocolType, g.State, "classic"
+		lg.Group, lg.ProtocolType, lg.GroupState, lg.GroupType = g.Group, g.ProtocolType, g.State, typ
 		resp.Groups = append(resp.Groups, lg)
 	}
 	return now(resp)

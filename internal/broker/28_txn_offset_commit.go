@@ -21,7 +21,6 @@ func (b *Broker) handleTxnOffsetCommit(ctx context.Context, c *conn, req wire.Re
 	r := req.Body.(*kmsg.TxnOffsetCommitRequest)
 	resp := r.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
 	offs := map[offsets.TP]offsets.Offset{}
-	type slot struct{ t, p int }
 	var pending []slot
 	for ti, rt := range r.Topics {
 		st := kmsg.NewTxnOffsetCommitResponseTopic()
@@ -60,7 +59,12 @@ func (b *Broker) handleTxnOffsetCommit(ctx context.Context, c *conn, req wire.Re
 		in.Generation, in.MemberID, in.InstanceID = r.Generation, r.MemberID, r.InstanceID
 	}
 	return func() kmsg.Response {
-		if err := b.coord.TxnCommit(ctx, in); err != nil {
+		refused, err := b.coord.TxnCommit(ctx, in)
+		pending := refuse(pending, refused, func(t, p int) (string, int32, *int16) {
+			rt := &resp.Topics[t]
+			return rt.Topic, rt.Partitions[p].Partition, &rt.Partitions[p].ErrorCode
+		})
+		if err != nil {
 			e := coordError(err)
 			if e == kerr.CoordinatorNotAvailable || e == kerr.UnknownServerError {
 				b.log.Error("transactional offset commit failed", "group", r.Group, "err", err)

@@ -235,6 +235,7 @@ func New(cfg Config) (*Broker, error) {
 		b.cfg.Cluster = single{b}
 	}
 	b.coord = cfg.Coordinator
+	b.coord.SetTopics(b.consumerImage)
 	b.txn, err = txn.New(txn.Config{
 		Me: volume.BrokerName(cfg.ID), Dir: volume.TransactionsDir(cfg.DataDir),
 		Logger: log, Grant: b.coord.GrantTxn,

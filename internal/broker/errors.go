@@ -38,6 +38,7 @@ var errorCodes = []struct {
 	{coord.ErrLoadInProgress, kerr.CoordinatorLoadInProgress},
 	{coord.ErrInvalidGroupID, kerr.InvalidGroupID},
 	{coord.ErrGroupNotFound, kerr.GroupIDNotFound},
+	{coord.ErrNotConsumerGroup, kerr.GroupIDNotFound},
 	{coord.ErrNonEmptyGroup, kerr.NonEmptyGroup},
 	{coord.ErrIllegalGeneration, kerr.IllegalGeneration},
 	{coord.ErrSubscribedToTopic, kerr.GroupSubscribedToTopic},

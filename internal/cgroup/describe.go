@@ -95,6 +95,21 @@ func (g *Group) Delete() Code {
 	return ErrNone
 }
 
+// SubscribedTopics lists the topics the members subscribe to in im.
+func (g *Group) SubscribedTopics(im *Image) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, m := range g.members {
+		for _, n := range subscribed(m, im) {
+			if !seen[n] {
+				seen[n] = true
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
 // Subscribed reports whether a member subscribes to topic (OffsetDelete's
 // GROUP_SUBSCRIBED_TO_TOPIC).
 func (g *Group) Subscribed(topic string, im *Image) bool {

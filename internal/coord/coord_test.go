@@ -60,7 +60,7 @@ func commit(t *testing.T, c *Coordinator, g string, offs map[int32]int64) error 
 	for p, o := range offs {
 		m[tp(p)] = offsets.Offset{Offset: o, LeaderEpoch: -1, ExpireTimestamp: -1}
 	}
-	wait, err := c.Commit(CommitInput{Group: g, Generation: -1, Offsets: m})
+	wait, _, err := c.Commit(CommitInput{Group: g, Generation: -1, Offsets: m})
 	if err != nil {
 		return err
 	}

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/kaas-dev/kaas/internal/cgroup"
 	"github.com/kaas-dev/kaas/internal/cluster"
 	"github.com/kaas-dev/kaas/internal/group"
 	"github.com/kaas-dev/kaas/internal/offsets"
@@ -51,6 +53,8 @@ type Config struct {
 	Standalone bool
 	// Group configures every group's state machine.
 	Group group.Config
+	// Consumer configures every consumer (KIP-848) group's state machine.
+	Consumer cgroup.Config
 	// Fresh reports whether this broker's view of the assignment is recent
 	// enough to act on: its liveness report and an assignment poll after it
 	// succeeded within the bound that keeps the controller from having
@@ -90,6 +94,9 @@ type Coordinator struct {
 	recent    []*Table
 	unsettled atomic.Bool
 
+	// topicsFn returns the topics consumer groups assign (SetTopics).
+	topicsFn atomic.Pointer[func() *cgroup.Image]
+
 	// bg counts the goroutines that deliver answers held behind membership
 	// writes; Close waits for them.
 	bg sync.WaitGroup
@@ -108,9 +115,10 @@ type shell struct {
 	mu         sync.Mutex // guards the fields below
 	lastCommit time.Time
 	emptySince time.Time
-	gone       bool // unloaded: a caller holding this shell must look again
-	loaded     bool // the durable state was read from the group's file (lockLoaded)
-	member     *membership
+	gone       bool              // unloaded: a caller holding this shell must look again
+	loaded     bool              // the durable state was read from the group's file (lockLoaded)
+	member     *membership       // the classic protocol's state machine
+	consumer   *consumerGroup    // the consumer protocol's (KIP-848)
 	info       offsets.Retention // the retention data last queued for the file
 	infoSet    bool
 	infoGen    int32 // the generation and emptiness info was last computed at
@@ -359,7 +367,8 @@ func storeErr(group string, err error) error {
 // CommitInput is an OffsetCommit for one group.
 type CommitInput struct {
 	Group      string
-	Generation int32
+	Version    int16 // the OffsetCommit version (consumer groups need v9+)
+	Generation int32 // or, for a consumer group, the member epoch
 	MemberID   string
 	InstanceID *string
 	Offsets    map[offsets.TP]offsets.Offset
@@ -367,20 +376,30 @@ type CommitInput struct {
 
 // Commit checks membership and generation and queues the offsets for a
 // durable write, in the order of calls; the returned wait reports the
-// outcome after the fsync that covers them.
-func (c *Coordinator) Commit(in CommitInput) (wait func(context.Context) error, err error) {
-	if err := c.admitCommit(in.Group, group.CommitCheck{Generation: in.Generation, MemberID: in.MemberID, InstanceID: in.InstanceID}); err != nil {
-		return nil, err
+// outcome after the fsync that covers them. Partitions refused on their
+// own (a consumer group's stale member epoch, KIP-1251) come back in
+// refused and are not written.
+func (c *Coordinator) Commit(in CommitInput) (wait func(context.Context) error, refused map[offsets.TP]error, err error) {
+	refused, err = c.admitCommit(in.Group, group.CommitCheck{Generation: in.Generation, MemberID: in.MemberID, InstanceID: in.InstanceID},
+		in.Version, slices.Collect(maps.Keys(in.Offsets)))
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(refused) > 0 {
+		in.Offsets = maps.Clone(in.Offsets)
+		for tp := range refused {
+			delete(in.Offsets, tp)
+		}
 	}
 	if len(in.Offsets) == 0 {
-		return func(context.Context) error { return nil }, nil
+		return func(context.Context) error { return nil }, refused, nil
 	}
 	c.hook("commit", in.Group)
 	w, err := c.store.CommitAsync(in.Group, c.owner(in.Group), in.Offsets)
 	if err != nil {
-		return nil, storeErr(in.Group, err)
+		return nil, nil, storeErr(in.Group, err)
 	}
-	return func(ctx context.Context) error { return storeErr(in.Group, w(ctx)) }, nil
+	return func(ctx context.Context) error { return storeErr(in.Group, w(ctx)) }, refused, nil
 }
 
 // Fetch returns a group's committed offsets: all of them when tps is nil,
@@ -432,6 +451,12 @@ func (c *Coordinator) DeleteOffsets(ctx context.Context, group string, tps []off
 				subscribed[t] = true
 			}
 		}
+		if s.consumerInUse() {
+			hasMembers = true
+			for _, t := range s.consumer.core.SubscribedTopics(c.image()) {
+				subscribed[t] = true
+			}
+		}
 		s.mu.Unlock()
 	}
 	if !exists && !hasMembers {
@@ -473,7 +498,7 @@ func (c *Coordinator) DeleteGroup(ctx context.Context, group string) error {
 		if err != nil {
 			return err
 		}
-		nonEmpty := ls.member != nil && !ls.member.empty()
+		nonEmpty := ls.hasMembers()
 		ls.mu.Unlock()
 		if nonEmpty {
 			return ErrNonEmptyGroup
@@ -493,7 +518,7 @@ func (c *Coordinator) DeleteGroup(ctx context.Context, group string) error {
 		}
 		c.mu.Unlock()
 		s.mu.Lock()
-		hadMembership = s.member != nil && s.member.generation() > 0
+		hadMembership = (s.member != nil && s.member.generation() > 0) || (s.consumer != nil && s.consumer.core.Epoch() > 0)
 		s.unload()
 		s.mu.Unlock()
 	}
@@ -509,6 +534,7 @@ type Listing struct {
 	Group        string
 	State        string
 	ProtocolType string
+	Type         string // "consumer" for a KIP-848 group, else "classic"
 }
 
 // List returns the groups this broker coordinates: resident ones and those
@@ -557,6 +583,8 @@ func (c *Coordinator) List() ([]Listing, error) {
 			c.log.Warn("ListGroups: group state unreadable; listed Empty", "group", id, "err", err)
 		default:
 			switch {
+			case s.consumer != nil:
+				l.State, l.ProtocolType, l.Type = s.consumer.core.State(), "consumer", "consumer"
 			case s.member != nil:
 				l.State, l.ProtocolType = s.member.state(), s.member.protocolType()
 			case s.infoSet:
@@ -648,7 +676,7 @@ func (c *Coordinator) ActiveGroups() []string {
 	var out []string
 	for id, s := range c.groups {
 		s.mu.Lock()
-		active := (s.member != nil && !s.member.empty()) || now.Sub(s.lastCommit) < 5*time.Minute
+		active := s.hasMembers() || now.Sub(s.lastCommit) < 5*time.Minute
 		s.mu.Unlock()
 		if active {
 			out = append(out, id)
@@ -726,7 +754,7 @@ func (c *Coordinator) ExpireOffsets(ctx context.Context) {
 			}
 			continue
 		}
-		members := s.member != nil && !s.member.empty()
+		members := s.hasMembers()
 		s.mu.Unlock()
 		n, err := c.store.Expire(ctx, g, c.owner(g), now, c.cfg.Retention.Milliseconds(), members)
 		if !resident[g] && !members {
@@ -785,15 +813,28 @@ type TxnCommitInput struct {
 // group's file, durably); they become committed offsets only when the
 // transaction's marker arrives (EndTxnOffsets) and are dropped on abort.
 // With KIP-447 member information the group's generation rules apply.
-func (c *Coordinator) TxnCommit(ctx context.Context, in TxnCommitInput) error {
-	if err := c.admitCommit(in.Group, group.CommitCheck{Generation: in.Generation, MemberID: in.MemberID,
-		InstanceID: in.InstanceID, Transactional: true}); err != nil {
-		return err
+//
+// Partitions refused on their own (a consumer group's stale member epoch)
+// come back in refused and are not staged.
+func (c *Coordinator) TxnCommit(ctx context.Context, in TxnCommitInput) (refused map[offsets.TP]error, err error) {
+	refused, err = c.admitCommit(in.Group, group.CommitCheck{Generation: in.Generation, MemberID: in.MemberID,
+		InstanceID: in.InstanceID, Transactional: true}, 0, slices.Collect(maps.Keys(in.Offsets)))
+	if err != nil {
+		return nil, err
+	}
+	if len(refused) > 0 {
+		in.Offsets = maps.Clone(in.Offsets)
+		for tp := range refused {
+			delete(in.Offsets, tp)
+		}
+		if len(in.Offsets) == 0 {
+			return refused, nil
+		}
 	}
 	c.hook("txn-stage", in.Group)
-	err := c.store.Stage(ctx, in.Group, c.owner(in.Group), in.ProducerID, offsets.Staged{
+	err = c.store.Stage(ctx, in.Group, c.owner(in.Group), in.ProducerID, offsets.Staged{
 		ProducerEpoch: in.ProducerEpoch, TransactionalID: in.TransactionalID, Offsets: in.Offsets})
-	return storeErr(in.Group, err)
+	return refused, storeErr(in.Group, err)
 }
 
 // EndTxnOffsets applies a transaction marker to a group: its staged offsets
@@ -835,7 +876,7 @@ func (c *Coordinator) EvictIdle(idle time.Duration) int {
 	var gone []*shell
 	for id, s := range c.groups {
 		s.mu.Lock()
-		quiet := (s.member == nil || s.member.empty()) && now.Sub(s.lastCommit) > idle
+		quiet := !s.hasMembers() && now.Sub(s.lastCommit) > idle
 		if quiet {
 			s.unload()
 			delete(c.groups, id)

@@ -114,7 +114,7 @@ func continuesAt(t *testing.T, c *Coordinator, g string, f formed) {
 			t.Fatalf("heartbeat of %s after the move: %v %s", m.id, err, hb.Err)
 		}
 	}
-	wait, err := c.Commit(CommitInput{Group: g, Generation: f.gen, MemberID: f.static, InstanceID: &i2,
+	wait, _, err := c.Commit(CommitInput{Group: g, Generation: f.gen, MemberID: f.static, InstanceID: &i2,
 		Offsets: map[offsets.TP]offsets.Offset{tp(0): {Offset: 5, LeaderEpoch: -1, ExpireTimestamp: -1}}})
 	if err != nil {
 		t.Fatalf("member commit after the move: %v", err)
@@ -188,7 +188,7 @@ func TestHeartbeatsAndCommitsDoNotRewriteMembership(t *testing.T) {
 		if hb, err := a.Heartbeat(g, group.HeartbeatInput{MemberID: f.static, InstanceID: &i2, Generation: f.gen}); err != nil || hb.Err != 0 {
 			t.Fatal(err, hb.Err)
 		}
-		wait, err := a.Commit(CommitInput{Group: g, Generation: f.gen, MemberID: f.leader,
+		wait, _, err := a.Commit(CommitInput{Group: g, Generation: f.gen, MemberID: f.leader,
 			Offsets: map[offsets.TP]offsets.Offset{tp(0): {Offset: 1, LeaderEpoch: -1, ExpireTimestamp: -1}}})
 		if err != nil {
 			t.Fatal(err)

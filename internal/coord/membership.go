@@ -105,6 +105,10 @@ func (c *Coordinator) restore(s *shell, mem *offsets.Membership, info offsets.Re
 	if mem == nil {
 		return
 	}
+	if mem.Consumer != nil {
+		c.restoreConsumer(s, mem)
+		return
+	}
 	m := c.newMembership(s)
 	out, err := m.core.Restore(c.cfg.Now(), snapshotOf(mem))
 	if err != nil {
@@ -162,30 +166,42 @@ func membershipOf(snap group.Snapshot) *offsets.Membership {
 
 // admitCommit applies ownership and the group's generation rules to an
 // OffsetCommit or TxnOffsetCommit, and notes the commit for group balancing.
-func (c *Coordinator) admitCommit(groupID string, in group.CommitCheck) error {
+//
+// For a consumer (KIP-848) group the member epoch is checked per partition
+// (KIP-1251): partitions refused come back in the map, the others may be
+// committed. version is the OffsetCommit version (unused when
+// Transactional).
+func (c *Coordinator) admitCommit(groupID string, in group.CommitCheck, version int16, tps []offsets.TP) (map[offsets.TP]error, error) {
 	if err := c.check(groupID); err != nil {
-		return err
+		return nil, err
 	}
 	s, err := c.lockLoaded(groupID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer s.mu.Unlock()
+	if s.consumer != nil && (!s.consumer.core.Empty() || in.MemberID != "") {
+		refused, err := c.checkConsumerCommit(s, in, version, tps)
+		if err == nil {
+			s.lastCommit = c.cfg.Now()
+		}
+		return refused, err
+	}
 	switch {
 	case s.member == nil && in.Generation >= 0 && !(in.Transactional && in.MemberID == ""):
 		// No membership here: a member's commit comes from a generation
 		// this coordinator never saw (Kafka answers ILLEGAL_GENERATION for a
 		// group it does not have).
-		return ErrIllegalGeneration
+		return nil, ErrIllegalGeneration
 	case s.member != nil && (!in.Transactional || in.MemberID != ""):
 		code, out := s.member.core.CheckCommit(c.cfg.Now(), in)
 		s.member.apply(out)
 		if code != 0 {
-			return CodeError(code)
+			return nil, CodeError(code)
 		}
 	}
 	s.lastCommit = c.cfg.Now()
-	return nil
+	return nil, nil
 }
 
 // unload answers every parked request so that clients go back to
@@ -193,6 +209,10 @@ func (c *Coordinator) admitCommit(groupID string, in group.CommitCheck) error {
 // s.mu held.
 func (s *shell) unload() {
 	s.gone = true
+	if s.consumer != nil {
+		s.consumer.stop()
+		s.consumer = nil
+	}
 	if s.member == nil {
 		return
 	}
@@ -410,6 +430,10 @@ func (c *Coordinator) begin(groupID string) (*shell, *membership, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if s.consumerInUse() {
+		s.mu.Unlock()
+		return nil, nil, CodeError(group.ErrInconsistentGroupProtocol)
+	}
 	return s, c.ensureMembership(s), nil
 }
 
@@ -480,6 +504,11 @@ func (c *Coordinator) Describe(groupID string) (group.Description, error) {
 		s, err := c.lockLoaded(groupID)
 		if err != nil {
 			return group.Description{}, err
+		}
+		if s.consumer != nil {
+			d := s.consumer.describeClassic()
+			s.mu.Unlock()
+			return d, nil
 		}
 		if s.member != nil && (!s.member.empty() || s.member.generation() > 0) {
 			d := s.member.core.Describe()

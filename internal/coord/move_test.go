@@ -212,7 +212,7 @@ func (r *moveRig) step(step int) {
 			c.memberID = ""
 		}
 	case o < 70:
-		wait, err := co.Commit(CommitInput{Group: movingGroup, Generation: c.gen, MemberID: c.memberID, InstanceID: c.instance,
+		wait, _, err := co.Commit(CommitInput{Group: movingGroup, Generation: c.gen, MemberID: c.memberID, InstanceID: c.instance,
 			Offsets: map[offsets.TP]offsets.Offset{tp(0): {Offset: int64(step), LeaderEpoch: -1, ExpireTimestamp: -1}}})
 		if err == nil {
 			err = wait(context.Background())

@@ -110,7 +110,7 @@ func TestTxnOffsetsCommittedAfterReloadSurviveRetention(t *testing.T) {
 	a := newCoord(t, dir, "kaas-0")
 	a.Apply(nil, assignment(1, 1, nil, nil))
 	staged := time.Now().UnixMilli()
-	err := a.TxnCommit(ctx, TxnCommitInput{Group: "etl", TransactionalID: "tx", ProducerID: 7, Generation: -1,
+	_, err := a.TxnCommit(ctx, TxnCommitInput{Group: "etl", TransactionalID: "tx", ProducerID: 7, Generation: -1,
 		Offsets: map[offsets.TP]offsets.Offset{tp(0): {Offset: 42, LeaderEpoch: -1, ExpireTimestamp: -1}}})
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +158,7 @@ func TestWriteRacingAnOwnerChangeIsRefused(t *testing.T) {
 	}
 	stage := func(t *testing.T, a *Coordinator, g string) {
 		t.Helper()
-		if err := a.TxnCommit(ctx, TxnCommitInput{Group: g, TransactionalID: "tx", ProducerID: 9, Generation: -1,
+		if _, err := a.TxnCommit(ctx, TxnCommitInput{Group: g, TransactionalID: "tx", ProducerID: 9, Generation: -1,
 			Offsets: map[offsets.TP]offsets.Offset{tp(0): {Offset: 20, LeaderEpoch: -1, ExpireTimestamp: -1}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -171,8 +171,9 @@ func TestWriteRacingAnOwnerChangeIsRefused(t *testing.T) {
 		}},
 		{op: "delete-group", run: func(a *Coordinator, g string) error { return a.DeleteGroup(ctx, g) }},
 		{op: "txn-stage", run: func(a *Coordinator, g string) error {
-			return a.TxnCommit(ctx, TxnCommitInput{Group: g, TransactionalID: "tx", ProducerID: 9, Generation: -1,
+			_, err := a.TxnCommit(ctx, TxnCommitInput{Group: g, TransactionalID: "tx", ProducerID: 9, Generation: -1,
 				Offsets: map[offsets.TP]offsets.Offset{tp(0): {Offset: 1, LeaderEpoch: -1, ExpireTimestamp: -1}}})
+			return err
 		}},
 		{op: "txn-end", setup: stage, run: func(a *Coordinator, g string) error { return a.EndTxnOffsets(ctx, g, 9, true) }},
 	}
@@ -283,7 +284,7 @@ func TestFetchFromAReplacedOwnerIsNeverStale(t *testing.T) {
 	if err := commit(t, b, g, map[int32]int64{0: 20}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.TxnCommit(ctx, TxnCommitInput{Group: g, TransactionalID: "tx", ProducerID: 5, Generation: -1,
+	if _, err := b.TxnCommit(ctx, TxnCommitInput{Group: g, TransactionalID: "tx", ProducerID: 5, Generation: -1,
 		Offsets: map[offsets.TP]offsets.Offset{tp(1): {Offset: 7, LeaderEpoch: -1, ExpireTimestamp: -1}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +348,7 @@ func retentionAfterAMove(t *testing.T) {
 	dir := t.TempDir()
 	a := newOwner(t, dir, "kaas-0", v1)
 	for _, g := range []string{"live", "left"} {
-		wait, err := a.Commit(CommitInput{Group: g, Generation: -1, Offsets: map[offsets.TP]offsets.Offset{
+		wait, _, err := a.Commit(CommitInput{Group: g, Generation: -1, Offsets: map[offsets.TP]offsets.Offset{
 			tp(0): {Offset: 100, LeaderEpoch: -1, CommitTimestamp: old, ExpireTimestamp: -1}}})
 		if err != nil {
 			t.Fatal(err)
@@ -571,7 +572,7 @@ func TestOwnerChangeStressNoStaleStampNoRewind(t *testing.T) {
 }
 
 func commitOne(c *Coordinator, g string, v int64) error {
-	wait, err := c.Commit(CommitInput{Group: g, Generation: -1,
+	wait, _, err := c.Commit(CommitInput{Group: g, Generation: -1,
 		Offsets: map[offsets.TP]offsets.Offset{tp(0): {Offset: v, LeaderEpoch: -1, ExpireTimestamp: -1}}})
 	if err != nil {
 		return err

@@ -20,6 +20,11 @@ type Membership struct {
 	// join phase instead of continuing a settled generation.
 	Rebalancing bool
 	Members     []Member // in join order
+	// Consumer is the durable state of a KIP-848 consumer group (the JSON of
+	// a cgroup.Snapshot, docs/cgroup.md), nil for a classic group. Such a
+	// group has ProtocolType "consumer", Generation = its group epoch and no
+	// Members here.
+	Consumer json.RawMessage
 }
 
 // Member is one member of a Membership.
@@ -60,6 +65,8 @@ type membershipDoc struct {
 	Leader       string      `json:"leader,omitempty"`
 	Rebalancing  bool        `json:"rebalancing,omitempty"`
 	Members      []memberDoc `json:"members"`
+	// ConsumerGroup: Membership.Consumer, absent for a classic group.
+	ConsumerGroup json.RawMessage `json:"consumerGroup,omitempty"`
 }
 
 type memberDoc struct {
@@ -91,6 +98,9 @@ func decodeMembership(raw json.RawMessage) (*Membership, error) {
 	}
 	m := &Membership{ProtocolType: doc.ProtocolType, Protocol: doc.Protocol, Generation: doc.Generation,
 		Leader: doc.Leader, Rebalancing: doc.Rebalancing, Members: make([]Member, 0, len(doc.Members))}
+	if len(doc.ConsumerGroup) > 0 && string(doc.ConsumerGroup) != "null" {
+		m.Consumer = doc.ConsumerGroup
+	}
 	for _, d := range doc.Members {
 		mb := Member{ID: d.MemberID, InstanceID: d.GroupInstanceID, ClientID: d.ClientID, ClientHost: d.ClientHost,
 			SessionTimeoutMs: d.SessionTimeoutMs, RebalanceTimeoutMs: d.RebalanceTimeoutMs, Assignment: nonEmpty(d.Assignment)}
@@ -107,7 +117,7 @@ func decodeMembership(raw json.RawMessage) (*Membership, error) {
 // same way at every write, so equal states give equal bytes.
 func appendMembership(buf []byte, m *Membership) []byte {
 	doc := membershipDoc{ProtocolType: m.ProtocolType, Protocol: m.Protocol, Generation: m.Generation, Leader: m.Leader,
-		Rebalancing: m.Rebalancing, Members: make([]memberDoc, 0, len(m.Members))}
+		Rebalancing: m.Rebalancing, Members: make([]memberDoc, 0, len(m.Members)), ConsumerGroup: m.Consumer}
 	for _, mb := range m.Members {
 		d := memberDoc{MemberID: mb.ID, GroupInstanceID: mb.InstanceID, ClientID: mb.ClientID, ClientHost: mb.ClientHost,
 			SessionTimeoutMs: mb.SessionTimeoutMs, RebalanceTimeoutMs: mb.RebalanceTimeoutMs, Assignment: mb.Assignment,
@@ -131,6 +141,7 @@ func cloneMembership(m *Membership) *Membership {
 	}
 	c := *m
 	c.Members = append([]Member(nil), m.Members...)
+	c.Consumer = append(json.RawMessage(nil), m.Consumer...)
 	return &c
 }
 

@@ -1,0 +1,234 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-dev/kaas/internal/testutil"
+)
+
+func describeConsumerGroup(t *testing.T, cl *kgo.Client, g string) kmsg.ConsumerGroupDescribeResponseGroup {
+	t.Helper()
+	req := kmsg.NewPtrConsumerGroupDescribeRequest()
+	req.Groups = []string{g}
+	resp, err := req.RequestWith(context.Background(), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Groups[0]
+}
+
+// TestConsumerProtocolGroupSharesPartitionsAndResumes: franz-go members in
+// KIP-848 mode (ServerSideBalancer) share a topic through the coordinator's
+// assignment, every partition owned once; the group is listed and
+// described as a consumer group; classic JoinGroup is refused while it has
+// members; its commits are read back; and its state survives a broker
+// restart (the same epochs and members, from the group's file).
+func TestConsumerProtocolGroupSharesPartitionsAndResumes(t *testing.T) {
+	dir := t.TempDir()
+	b := startGroupBroker(t, dir, fastGroups(), nil)
+	cl := client(t, b)
+	createTopic(t, cl, "kt", 6, nil)
+	produceN(t, cl, "kt", 600)
+
+	var mu sync.Mutex
+	seen := map[string]int{}
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	members := make([]*kgo.Client, 3)
+	for i := range members {
+		members[i] = client(t, b, kgo.ConsumerGroup("k1"), kgo.ConsumeTopics("kt"),
+			kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.ServerSideBalancer(),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(),
+			kgo.HeartbeatInterval(200*time.Millisecond), kgo.ClientID(fmt.Sprintf("k-%d", i)))
+	}
+	var wg sync.WaitGroup
+	for _, m := range members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				fs := m.PollFetches(ctx)
+				fs.EachRecord(func(r *kgo.Record) {
+					mu.Lock()
+					seen[string(r.Value)]++
+					mu.Unlock()
+				})
+				if err := m.CommitUncommittedOffsets(ctx); err != nil && ctx.Err() == nil {
+					t.Logf("commit: %v", err)
+				}
+				mu.Lock()
+				done := len(seen) >= 600
+				mu.Unlock()
+				if done {
+					cancel() // wakes the other members' polls
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(seen) != 600 {
+		t.Fatalf("consumed %d distinct of 600", len(seen))
+	}
+	var described kmsg.ConsumerGroupDescribeResponseGroup
+	testutil.WaitFor(t, 30*time.Second, func() error {
+		d := describeConsumerGroup(t, cl, "k1")
+		if d.ErrorCode != 0 || d.State != "Stable" || len(d.Members) != 3 {
+			return fmt.Errorf("group %s (error %d) with %d members", d.State, d.ErrorCode, len(d.Members))
+		}
+		owned := map[int32]int{}
+		for _, m := range d.Members {
+			if m.MemberEpoch != d.AssignmentEpoch || m.MemberType != 1 {
+				return fmt.Errorf("member %s at epoch %d, target %d", m.MemberID, m.MemberEpoch, d.AssignmentEpoch)
+			}
+			for _, tp := range m.Assignment.TopicPartitions {
+				if tp.Topic != "kt" {
+					return fmt.Errorf("assignment names topic %q", tp.Topic)
+				}
+				for _, p := range tp.Partitions {
+					owned[p]++
+				}
+			}
+		}
+		for p := int32(0); p < 6; p++ {
+			if owned[p] != 1 {
+				return fmt.Errorf("partition %d owned %d times: %v", p, owned[p], owned)
+			}
+		}
+		described = d
+		return nil
+	})
+	if described.AssignorName != "uniform" {
+		t.Errorf("assignor %q, want uniform (franz-go's sticky balancer asks for it)", described.AssignorName)
+	}
+
+	// Listed as a consumer group, filtered by type.
+	lreq := kmsg.NewPtrListGroupsRequest()
+	lreq.TypesFilter = []string{"consumer"}
+	lresp, err := lreq.RequestWith(context.Background(), cl)
+	if err != nil || len(lresp.Groups) != 1 || lresp.Groups[0].GroupType != "consumer" || lresp.Groups[0].GroupState != "Stable" {
+		t.Fatalf("ListGroups(consumer): %+v %v", lresp, err)
+	}
+
+	// A classic member cannot join a consumer group in use.
+	jreq := kmsg.NewPtrJoinGroupRequest()
+	jreq.Group, jreq.ProtocolType, jreq.SessionTimeoutMillis, jreq.RebalanceTimeoutMillis = "k1", "consumer", 10000, 10000
+	jreq.MemberID = "classic-1"
+	jreq.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: []byte{0, 0}}}
+	jresp, err := jreq.RequestWith(context.Background(), cl)
+	if err != nil || jresp.ErrorCode != kerr.InconsistentGroupProtocol.Code {
+		t.Fatalf("classic JoinGroup into a consumer group: %+v %v", jresp, err)
+	}
+
+	for _, m := range members {
+		if err := m.CommitUncommittedOffsets(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The broker restarts with the members still in: the group is read
+	// back from its file with the same epochs.
+	stop(t, b)
+	b2 := startGroupBroker(t, dir, fastGroups(), nil)
+	cl2 := client(t, b2)
+	d := describeConsumerGroup(t, cl2, "k1")
+	if d.ErrorCode != 0 || d.Epoch != described.Epoch || len(d.Members) != 3 {
+		t.Fatalf("after a restart: %s epoch %d with %d members (error %d); before: epoch %d", d.State, d.Epoch, len(d.Members), d.ErrorCode, described.Epoch)
+	}
+	freq := kmsg.NewPtrOffsetFetchRequest()
+	freq.Group = "k1"
+	fresp, err := freq.RequestWith(context.Background(), cl2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := int64(0)
+	for _, tt := range fresp.Topics {
+		for _, p := range tt.Partitions {
+			total += p.Offset
+		}
+	}
+	if total != 600 {
+		t.Fatalf("committed offsets add up to %d, want 600", total)
+	}
+}
+
+// TestConsumerGroupHeartbeatErrors: the errors a client can provoke come
+// back as Kafka names them, and a bad request creates nothing.
+func TestConsumerGroupHeartbeatErrors(t *testing.T) {
+	b := startGroupBroker(t, t.TempDir(), fastGroups(), nil)
+	cl := client(t, b)
+	createTopic(t, cl, "ke", 2, nil)
+	hb := func(mod func(r *kmsg.ConsumerGroupHeartbeatRequest)) *kmsg.ConsumerGroupHeartbeatResponse {
+		t.Helper()
+		r := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+		r.Group, r.MemberID, r.RebalanceTimeoutMillis = "ke-g", "member-1", 10000
+		r.SubscribedTopicNames = []string{"ke"}
+		r.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+		mod(r)
+		resp, err := r.RequestWith(context.Background(), cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	cases := []struct {
+		name string
+		mod  func(r *kmsg.ConsumerGroupHeartbeatRequest)
+		want *kerr.Error
+	}{
+		{"unknown member", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.MemberEpoch = 3 }, kerr.UnknownMemberID},
+		{"no member id (v1)", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.MemberID = "" }, kerr.InvalidRequest},
+		{"unknown assignor", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.ServerAssignor = kmsg.StringPtr("sticky") }, kerr.UnsupportedAssignor},
+		{"bad regex", func(r *kmsg.ConsumerGroupHeartbeatRequest) {
+			r.SubscribedTopicNames, r.SubscribedTopicRegex = nil, kmsg.StringPtr("(")
+		}, kerr.InvalidRegularExpression},
+		{"empty group id", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.Group = "" }, kerr.InvalidGroupID},
+	}
+	for _, c := range cases {
+		if resp := hb(c.mod); resp.ErrorCode != c.want.Code || resp.ErrorMessage == nil {
+			t.Errorf("%s: error %d (%v), want %s", c.name, resp.ErrorCode, resp.ErrorMessage, c.want.Message)
+		}
+	}
+	ok := hb(func(*kmsg.ConsumerGroupHeartbeatRequest) {})
+	if ok.ErrorCode != 0 || ok.MemberEpoch != 1 || ok.Assignment == nil || len(ok.Assignment.Topics) != 1 || len(ok.Assignment.Topics[0].Partitions) != 2 {
+		t.Fatalf("join: %+v", ok)
+	}
+	if resp := hb(func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.MemberEpoch = 5 }); resp.ErrorCode != kerr.FencedMemberEpoch.Code {
+		t.Fatalf("future epoch: %d", resp.ErrorCode)
+	}
+	// A commit with a stale epoch is refused per partition (KIP-1251);
+	// with the member's epoch it lands.
+	commit := func(epoch int32) int16 {
+		r := kmsg.NewPtrOffsetCommitRequest()
+		r.Version = 9
+		r.Group, r.MemberID, r.Generation = "ke-g", "member-1", epoch
+		rt := kmsg.NewOffsetCommitRequestTopic()
+		rt.Topic = "ke"
+		rp := kmsg.NewOffsetCommitRequestTopicPartition()
+		rp.Partition, rp.Offset = 0, 1
+		rt.Partitions = append(rt.Partitions, rp)
+		r.Topics = append(r.Topics, rt)
+		resp, err := r.RequestWith(context.Background(), cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Topics[0].Partitions[0].ErrorCode
+	}
+	if code := commit(2); code != kerr.StaleMemberEpoch.Code {
+		t.Fatalf("commit with a newer epoch: %d", code)
+	}
+	if code := commit(1); code != 0 {
+		t.Fatalf("commit with the member's epoch: %d", code)
+	}
+	if resp := hb(func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.MemberEpoch = -1 }); resp.ErrorCode != 0 || resp.MemberEpoch != -1 {
+		t.Fatalf("leave: %+v", resp)
+	}
+}

@@ -1,0 +1,302 @@
+package coord
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/kaas-dev/kaas/internal/cgroup"
+	"github.com/kaas-dev/kaas/internal/group"
+	"github.com/kaas-dev/kaas/internal/offsets"
+)
+
+// consumerGroup is the shell around one KIP-848 group's state machine
+// (internal/cgroup, docs/cgroup.md): it feeds heartbeats and deadline
+// firings under the shell's lock, queues the group's snapshot for a durable
+// write whenever the core says so (the answer waits for it), and keeps one
+// timer armed for the core's next deadline. Every method runs with s.mu
+// held.
+type consumerGroup struct {
+	c     *Coordinator
+	s     *shell
+	core  *cgroup.Group
+	timer *time.Timer
+	at    time.Time // the deadline timer is armed for
+}
+
+// SetTopics gives the coordinator the topics consumer groups assign (the
+// broker's registry); until it is called they see none.
+func (c *Coordinator) SetTopics(fn func() *cgroup.Image) { c.topicsFn.Store(&fn) }
+
+func (c *Coordinator) image() *cgroup.Image {
+	if fn := c.topicsFn.Load(); fn != nil {
+		return (*fn)()
+	}
+	return cgroup.NewImage()
+}
+
+func (c *Coordinator) newConsumer(s *shell) *consumerGroup {
+	return &consumerGroup{c: c, s: s, core: cgroup.New(s.id, c.cfg.Consumer)}
+}
+
+// hasMembers: the group has members of either protocol. Called with s.mu
+// held.
+func (s *shell) hasMembers() bool {
+	return (s.member != nil && !s.member.empty()) || (s.consumer != nil && !s.consumer.core.Empty())
+}
+
+// classicInUse: the group is a classic group with members (consumer
+// protocol requests are refused).
+func (s *shell) classicInUse() bool { return s.member != nil && !s.member.empty() }
+
+// consumerInUse: the group is a consumer group with members (classic
+// requests are refused).
+func (s *shell) consumerInUse() bool { return s.consumer != nil && !s.consumer.core.Empty() }
+
+// restoreConsumer installs a consumer group's durable state. Called with
+// s.mu held from restore.
+func (c *Coordinator) restoreConsumer(s *shell, mem *offsets.Membership) {
+	var snap cgroup.Snapshot
+	cg := c.newConsumer(s)
+	if err := json.Unmarshal(mem.Consumer, &snap); err != nil {
+		c.log.Warn("consumer group state on the volume ignored", "group", s.id, "err", err)
+		return
+	}
+	if err := cg.core.Restore(c.cfg.Now(), snap); err != nil {
+		c.log.Warn("consumer group state on the volume ignored", "group", s.id, "err", err)
+		return
+	}
+	s.consumer = cg
+	if !cg.core.Empty() {
+		s.emptySince = time.Time{}
+	}
+	cg.rearm()
+	c.log.Info("consumer group loaded", "group", s.id, "epoch", cg.core.Epoch(), "members", cg.core.Members(), "state", cg.core.State())
+}
+
+// apply performs an Output: log its events, queue the snapshot when it
+// changed (and what retention needs), and re-arm the deadline timer. It
+// returns the wait for the durable write, nil when none was queued.
+func (g *consumerGroup) apply(out cgroup.Output) func(context.Context) error {
+	for _, ev := range out.Events {
+		g.c.log.Info("consumer group: "+ev.What, "group", g.s.id, "member", ev.Member, "epoch", ev.Epoch, "why", ev.Why)
+	}
+	g.rearm()
+	if !out.Persist {
+		return nil
+	}
+	g.noteRetention()
+	g.c.hook("membership", g.s.id)
+	data, err := json.Marshal(g.core.Snapshot())
+	if err != nil {
+		return func(context.Context) error { return err }
+	}
+	mem := &offsets.Membership{ProtocolType: "consumer", Generation: g.core.Epoch(), Consumer: data}
+	wait, err := g.c.store.SetMembership(g.s.id, g.c.owner(g.s.id), mem)
+	if err != nil {
+		return func(context.Context) error { return err }
+	}
+	return wait
+}
+
+// noteRetention records the protocol type, when the group became Empty and
+// the subscribed topics when that changed (see membership.noteRetention).
+func (g *consumerGroup) noteRetention() {
+	s := g.s
+	empty := g.core.Empty()
+	if empty && s.emptySince.IsZero() {
+		s.emptySince = g.c.cfg.Now()
+	} else if !empty {
+		s.emptySince = time.Time{}
+	}
+	info := offsets.Retention{ProtocolType: "consumer"}
+	if empty {
+		info.EmptySince = s.emptySince.UnixMilli()
+	} else {
+		info.Subscribed = g.core.SubscribedTopics(g.c.image())
+		sort.Strings(info.Subscribed)
+	}
+	if s.infoSet && s.info.ProtocolType == info.ProtocolType && s.info.EmptySince == info.EmptySince &&
+		slices.Equal(s.info.Subscribed, info.Subscribed) {
+		return
+	}
+	if _, err := g.c.store.SetRetention(s.id, g.c.owner(s.id), info); err != nil {
+		g.c.log.Warn("offsets retention data not recorded", "group", s.id, "err", err)
+		return
+	}
+	s.info, s.infoSet, s.infoEmpty = info, true, empty
+}
+
+// rearm keeps the timer on the core's next deadline.
+func (g *consumerGroup) rearm() {
+	next := g.core.NextDeadline()
+	if next.Equal(g.at) && (g.timer != nil || next.IsZero()) {
+		return
+	}
+	if g.timer != nil {
+		g.timer.Stop()
+		g.timer = nil
+	}
+	g.at = next
+	if next.IsZero() {
+		return
+	}
+	g.timer = time.AfterFunc(next.Sub(g.c.cfg.Now()), g.fire)
+}
+
+// fire expires members past their deadlines.
+func (g *consumerGroup) fire() {
+	s := g.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone || s.consumer != g {
+		return
+	}
+	g.timer, g.at = nil, time.Time{}
+	if wait := g.apply(g.core.Expire(g.c.cfg.Now(), g.c.image())); wait != nil {
+		g.c.bg.Add(1)
+		go func() {
+			defer g.c.bg.Done()
+			if err := wait(context.Background()); err != nil {
+				g.failed(err)
+			}
+		}()
+	}
+}
+
+// failed: a write of the group's state failed; the state in memory is ahead
+// of the file, so it is dropped and the next request loads the file again.
+func (g *consumerGroup) failed(err error) {
+	s := g.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone || s.consumer != g {
+		return
+	}
+	g.c.log.Warn("consumer group state not recorded; reloading it from the volume", "group", s.id, "err", err)
+	g.stop()
+	s.consumer, s.loaded = nil, false
+}
+
+func (g *consumerGroup) stop() {
+	if g.timer != nil {
+		g.timer.Stop()
+		g.timer = nil
+	}
+}
+
+// ErrNotConsumerGroup: a consumer protocol request for a classic group
+// with members (Kafka answers GROUP_ID_NOT_FOUND, "is not a consumer
+// group"), or the reverse (INCONSISTENT_GROUP_PROTOCOL).
+var ErrNotConsumerGroup = errors.New("coord: the group is a classic group")
+
+// ConsumerHeartbeat feeds a ConsumerGroupHeartbeat to the group and answers
+// once what it changed is durable.
+func (c *Coordinator) ConsumerHeartbeat(ctx context.Context, groupID string, in cgroup.HeartbeatInput) (cgroup.HeartbeatResult, error) {
+	if err := c.check(groupID); err != nil {
+		return cgroup.HeartbeatResult{}, err
+	}
+	s, err := c.lockLoaded(groupID)
+	if err != nil {
+		return cgroup.HeartbeatResult{}, err
+	}
+	if s.classicInUse() {
+		s.mu.Unlock()
+		return cgroup.HeartbeatResult{}, ErrNotConsumerGroup
+	}
+	if s.consumer == nil {
+		s.consumer = c.newConsumer(s)
+	}
+	g := s.consumer
+	res, out := g.core.Heartbeat(c.cfg.Now(), c.image(), in)
+	wait := g.apply(out)
+	s.mu.Unlock()
+	if wait != nil {
+		if err := wait(ctx); err != nil {
+			g.failed(err)
+			return cgroup.HeartbeatResult{}, storeErr(groupID, err)
+		}
+	}
+	return res, nil
+}
+
+// ConsumerDescribe describes a consumer group (ConsumerGroupDescribe).
+func (c *Coordinator) ConsumerDescribe(groupID string) (cgroup.Description, error) {
+	if err := c.check(groupID); err != nil {
+		return cgroup.Description{}, err
+	}
+	ok, err := c.store.Exists(groupID)
+	if err != nil {
+		return cgroup.Description{}, storeErr(groupID, err)
+	}
+	if !ok && c.resident(groupID) == nil {
+		return cgroup.Description{}, ErrGroupNotFound
+	}
+	s, err := c.lockLoaded(groupID)
+	if err != nil {
+		return cgroup.Description{}, err
+	}
+	defer s.mu.Unlock()
+	if s.consumer == nil {
+		if s.member != nil && (!s.member.empty() || s.member.generation() > 0) {
+			return cgroup.Description{}, ErrNotConsumerGroup
+		}
+		return cgroup.Description{}, ErrGroupNotFound
+	}
+	return s.consumer.core.Describe(), nil
+}
+
+// checkConsumerCommit is admitCommit for a consumer group: the member and
+// epoch rules of KIP-848 with KIP-1251's per-partition epochs. Called with
+// s.mu held.
+func (c *Coordinator) checkConsumerCommit(s *shell, in group.CommitCheck, version int16, tps []offsets.TP) (map[offsets.TP]error, error) {
+	im := c.image()
+	byID := map[cgroup.TP]offsets.TP{}
+	ctps := make([]cgroup.TP, 0, len(tps))
+	for _, tp := range tps {
+		t, ok := im.ByName(tp.Topic)
+		if !ok {
+			continue
+		}
+		ctp := cgroup.TP{Topic: t.ID, Partition: tp.Partition}
+		byID[ctp] = tp
+		ctps = append(ctps, ctp)
+	}
+	code, bad := s.consumer.core.CheckCommit(cgroup.CommitCheck{MemberID: in.MemberID, InstanceID: in.InstanceID,
+		MemberEpoch: in.Generation, Transactional: in.Transactional, Version: version}, ctps)
+	if code != cgroup.ErrNone {
+		return nil, CodeError(code)
+	}
+	var refused map[offsets.TP]error
+	for ctp, code := range bad {
+		if code == cgroup.ErrNone {
+			continue
+		}
+		if refused == nil {
+			refused = map[offsets.TP]error{}
+		}
+		refused[byID[ctp]] = CodeError(code)
+	}
+	return refused, nil
+}
+
+// describeClassic answers DescribeGroups for a consumer group: its state,
+// protocol type "consumer", the assignor as the protocol, and its members
+// (without classic metadata or assignment bytes; ConsumerGroupDescribe has
+// the assignments).
+func (g *consumerGroup) describeClassic() group.Description {
+	d := g.core.Describe()
+	out := group.Description{State: d.State, ProtocolType: "consumer", Protocol: d.Assignor}
+	for _, m := range d.Members {
+		md := group.MemberDescription{MemberID: m.MemberID, ClientID: m.ClientID, ClientHost: m.ClientHost}
+		if m.InstanceID != "" {
+			id := m.InstanceID
+			md.InstanceID = &id
+		}
+		out.Members = append(out.Members, md)
+	}
+	return out
+}
