@@ -231,4 +231,25 @@ func TestConsumerGroupHeartbeatErrors(t *testing.T) {
 	if resp := hb(func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.MemberEpoch = -1 }); resp.ErrorCode != 0 || resp.MemberEpoch != -1 {
 		t.Fatalf("leave: %+v", resp)
 	}
+
+	// The consumer group is Empty now: a classic member may take the group
+	// over, and then a consumer-protocol member is refused.
+	classic := client(t, b, kgo.ConsumerGroup("ke-g"), kgo.ConsumeTopics("ke"))
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		lreq := kmsg.NewPtrListGroupsRequest()
+		lresp, err := lreq.RequestWith(context.Background(), cl)
+		if err != nil {
+			return err
+		}
+		for _, g := range lresp.Groups {
+			if g.Group == "ke-g" && g.GroupType == "classic" && g.GroupState == "Stable" {
+				return nil
+			}
+		}
+		return fmt.Errorf("ke-g not a Stable classic group: %+v", lresp.Groups)
+	})
+	if resp := hb(func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.MemberID = "member-2" }); resp.ErrorCode != kerr.GroupIDNotFound.Code {
+		t.Fatalf("consumer-protocol join into a classic group with members: %d", resp.ErrorCode)
+	}
+	classic.Close()
 }

@@ -208,6 +208,7 @@ func (c *Coordinator) ConsumerHeartbeat(ctx context.Context, groupID string, in 
 		return cgroup.HeartbeatResult{}, ErrNotConsumerGroup
 	}
 	if s.consumer == nil {
+		s.dropClassic() // an Empty classic group becomes a consumer group
 		s.consumer = c.newConsumer(s)
 	}
 	g := s.consumer

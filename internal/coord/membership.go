@@ -209,10 +209,13 @@ func (c *Coordinator) admitCommit(groupID string, in group.CommitCheck, version 
 // s.mu held.
 func (s *shell) unload() {
 	s.gone = true
-	if s.consumer != nil {
-		s.consumer.stop()
-		s.consumer = nil
-	}
+	s.dropConsumer()
+	s.dropClassic()
+}
+
+// dropClassic forgets the classic state machine (answering what it holds
+// parked and stopping its timers). Called with s.mu held.
+func (s *shell) dropClassic() {
 	if s.member == nil {
 		return
 	}
@@ -223,6 +226,15 @@ func (s *shell) unload() {
 		delete(m.timers, k)
 	}
 	s.member = nil
+}
+
+// dropConsumer forgets the consumer group state machine. Called with s.mu
+// held.
+func (s *shell) dropConsumer() {
+	if s.consumer != nil {
+		s.consumer.stop()
+		s.consumer = nil
+	}
 }
 
 // apply performs an Output: responses, timers, log events. Called with
@@ -434,6 +446,7 @@ func (c *Coordinator) begin(groupID string) (*shell, *membership, error) {
 		s.mu.Unlock()
 		return nil, nil, CodeError(group.ErrInconsistentGroupProtocol)
 	}
+	s.dropConsumer() // an Empty consumer group becomes a classic one
 	return s, c.ensureMembership(s), nil
 }
 
