@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kaas-dev/kaas/internal/broker"
+	"github.com/kaas-dev/kaas/internal/cgroup"
 	"github.com/kaas-dev/kaas/internal/cliflag"
 	"github.com/kaas-dev/kaas/internal/group"
 	"github.com/kaas-dev/kaas/internal/node"
@@ -67,6 +68,9 @@ type commonFlags struct {
 	minSession         time.Duration
 	maxSession         time.Duration
 	maxGroupSize       int
+	consumerHeartbeat  time.Duration
+	consumerSession    time.Duration
+	consumerMaxSize    int
 	offsetsRetention   time.Duration
 	offsetsCheck       time.Duration
 	maxConns           int
@@ -89,6 +93,9 @@ func (c *commonFlags) register(fs cliflag.Set) {
 	fs.DurationVar(&c.minSession, "group-min-session-timeout", 6*time.Second, "smallest session timeout a member may ask for")
 	fs.DurationVar(&c.maxSession, "group-max-session-timeout", 30*time.Minute, "largest session timeout a member may ask for")
 	fs.IntVar(&c.maxGroupSize, "group-max-size", 0, "most members in one group (0: unlimited)")
+	fs.DurationVar(&c.consumerHeartbeat, "group-consumer-heartbeat-interval", 5*time.Second, "heartbeat interval of consumer-protocol (KIP-848) members (group.consumer.heartbeat.interval.ms)")
+	fs.DurationVar(&c.consumerSession, "group-consumer-session-timeout", 45*time.Second, "session timeout of consumer-protocol (KIP-848) members (group.consumer.session.timeout.ms)")
+	fs.IntVar(&c.consumerMaxSize, "group-consumer-max-size", 0, "most members in one consumer-protocol group (group.consumer.max.size; 0: unlimited)")
 	fs.DurationVar(&c.offsetsRetention, "offsets-retention", 7*24*time.Hour, "committed offsets expire this long after their group became empty (KIP-211)")
 	fs.DurationVar(&c.offsetsCheck, "offsets-retention-check-interval", 10*time.Minute, "how often committed offsets are checked for expiry (offsets.retention.check.interval.ms)")
 	fs.IntVar(&c.maxConns, "max-connections", 0, "max.connections: connections beyond it are closed at accept (0: 3/4 of the open-file limit)")
@@ -229,8 +236,10 @@ func (c *commonFlags) nodeConfig(bc broker.Config) node.Config {
 	gc := group.DefaultConfig()
 	gc.InitialRebalanceDelay = c.rebalanceDelay
 	gc.MinSessionTimeout, gc.MaxSessionTimeout, gc.MaxSize = c.minSession, c.maxSession, c.maxGroupSize
+	cc := cgroup.DefaultConfig()
+	cc.HeartbeatInterval, cc.SessionTimeout, cc.MaxSize = c.consumerHeartbeat, c.consumerSession, c.consumerMaxSize
 	return node.Config{Broker: bc, ReportInterval: c.reportInterval, DeadAfter: c.deadAfter, StallLimit: c.stallLimit,
-		Group: &gc, OffsetsRetention: c.offsetsRetention, Elector: c.election.elector(bc, c.deadAfter)}
+		Group: &gc, Consumer: &cc, OffsetsRetention: c.offsetsRetention, Elector: c.election.elector(bc, c.deadAfter)}
 }
 
 // serveUntilSignal serves until SIGINT/SIGTERM, then drains and stops.

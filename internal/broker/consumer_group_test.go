@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -110,6 +111,27 @@ func TestConsumerProtocolGroupSharesPartitionsAndResumes(t *testing.T) {
 		t.Errorf("assignor %q, want uniform (franz-go's sticky balancer asks for it)", described.AssignorName)
 	}
 
+	// DescribeGroups (the classic API) shows it too, members' assignments
+	// in the classic consumer format.
+	dg, err := kadm.NewClient(cl).DescribeGroups(context.Background(), "k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	classic := dg["k1"]
+	total := 0
+	for _, m := range classic.Members {
+		a, ok := m.Assigned.AsConsumer()
+		if !ok {
+			t.Fatalf("member %s: assignment not in the consumer format", m.MemberID)
+		}
+		for _, tp := range a.Topics {
+			total += len(tp.Partitions)
+		}
+	}
+	if classic.ProtocolType != "consumer" || classic.State != "Stable" || len(classic.Members) != 3 || total != 6 {
+		t.Fatalf("DescribeGroups of a consumer group: %s %s, %d members, %d partitions", classic.ProtocolType, classic.State, len(classic.Members), total)
+	}
+
 	// Listed as a consumer group, filtered by type.
 	lreq := kmsg.NewPtrListGroupsRequest()
 	lreq.TypesFilter = []string{"consumer"}
@@ -149,14 +171,14 @@ func TestConsumerProtocolGroupSharesPartitionsAndResumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	total := int64(0)
+	committed := int64(0)
 	for _, tt := range fresp.Topics {
 		for _, p := range tt.Partitions {
-			total += p.Offset
+			committed += p.Offset
 		}
 	}
-	if total != 600 {
-		t.Fatalf("committed offsets add up to %d, want 600", total)
+	if committed != 600 {
+		t.Fatalf("committed offsets add up to %d, want 600", committed)
 	}
 }
 

@@ -49,6 +49,8 @@ var drivers = []driver{
 	{name: "franz-go-range", need: noNeed, start: franz(kgo.RangeBalancer())},
 	{name: "franz-go-cooperative", need: noNeed, start: franz(kgo.CooperativeStickyBalancer())},
 	{name: "franz-go-static", static: true, need: noNeed, start: franz(kgo.CooperativeStickyBalancer())},
+	// KIP-848: the coordinator assigns (uniform), members reconcile.
+	{name: "franz-go-848", need: noNeed, start: franz(kgo.CooperativeStickyBalancer(), kgo.ServerSideBalancer())},
 	{name: "sarama", need: noNeed, start: startSarama},
 	{name: "kafka-go", need: noNeed, start: startKafkaGo},
 	{name: "kafka-python", need: needPython("kafka"), start: startPython(kafkaPythonMember)},
@@ -111,7 +113,7 @@ func memberLog(r *run, id int) (*os.File, error) {
 
 // franz: commits synchronously what each poll returned, rebalances blocked
 // while a poll is processed.
-func franz(bal kgo.GroupBalancer) func(r *run, id int, slot string) (member, error) {
+func franz(bal kgo.GroupBalancer, extra ...kgo.Opt) func(r *run, id int, slot string) (member, error) {
 	return func(r *run, id int, slot string) (member, error) {
 		lf, err := memberLog(r, id)
 		if err != nil {
@@ -133,6 +135,7 @@ func franz(bal kgo.GroupBalancer) func(r *run, id int, slot string) (member, err
 		if r.drv.static {
 			opts = append(opts, kgo.InstanceID(slot))
 		}
+		opts = append(opts, extra...)
 		cl, err := kgo.NewClient(opts...)
 		if err != nil {
 			lf.Close()

@@ -925,8 +925,9 @@ func chaos(r *run, hit func() time.Duration) {
 
 // generation is the group's newest generation in the kaas brokers' logs:
 // the highest "join phase complete" (a generation formed) or "group
-// loaded" (a broker that gained the group restored it) of r.group; -1 when
-// none. Against another target it is the newest generation the taps saw
+// loaded" (a broker that gained the group restored it) of r.group, or for
+// a KIP-848 group its group epoch ("epoch bumped", "consumer group
+// loaded"); -1 when none. Against another target it is the newest generation the taps saw
 // completed (JoinGroup or SyncGroup answered without error).
 func (r *run) generation() int32 {
 	if r.c.kaas == nil {
@@ -934,8 +935,12 @@ func (r *run) generation() int32 {
 	}
 	gen := int32(-1)
 	r.eachLogLine(func(line logLine) {
-		if line.Group == r.group && (line.Msg == "join phase complete" || line.Msg == "group loaded") {
+		switch {
+		case line.Group != r.group:
+		case line.Msg == "join phase complete" || line.Msg == "group loaded":
 			gen = max(gen, line.Gen)
+		case line.Msg == "consumer group: epoch bumped" || line.Msg == "consumer group loaded":
+			gen = max(gen, line.Epoch)
 		}
 	})
 	return gen
@@ -948,6 +953,7 @@ type logLine struct {
 	Health string `json:"health"`
 	Group  string `json:"group"`
 	Gen    int32  `json:"gen"`
+	Epoch  int32  `json:"epoch"` // a KIP-848 group's group epoch
 }
 
 // eachLogLine calls f with every JSON line of every broker's log (a log

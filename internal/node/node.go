@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kaas-dev/kaas/internal/broker"
+	"github.com/kaas-dev/kaas/internal/cgroup"
 	"github.com/kaas-dev/kaas/internal/cluster"
 	"github.com/kaas-dev/kaas/internal/coord"
 	"github.com/kaas-dev/kaas/internal/fsutil"
@@ -34,13 +35,21 @@ type Config struct {
 	PollInterval   time.Duration // assignment poll / controller tick; default 200ms
 	ReadyTimeout   time.Duration // how long Start waits for the first assignment; default 30s
 	Elector        cluster.Elector
-	Group          *group.Config // nil: Kafka's defaults
+	Group          *group.Config  // nil: Kafka's defaults
+	Consumer       *cgroup.Config // KIP-848 groups; nil: Kafka's defaults
 	// OffsetsRetention is KIP-211's offsets.retention.minutes; 0: 7 days.
 	OffsetsRetention time.Duration
 	// ClusterListen is the cluster listener, where the other brokers send
 	// their liveness reports; "": the Kafka listener's host, any port (the
 	// address is advertised in the reports).
 	ClusterListen string
+}
+
+func consumerConfig(c *cgroup.Config) cgroup.Config {
+	if c == nil {
+		return cgroup.DefaultConfig()
+	}
+	return *c
 }
 
 // Name is the broker id used in assignment.json for a node id.
@@ -91,7 +100,7 @@ func Start(cfg Config) (*Node, error) {
 		deadAfter = 3 * time.Second
 	}
 	co := coord.New(coord.Config{Me: Name(bc.ID), Self: coord.Broker{ID: Name(bc.ID), NodeID: bc.ID},
-		Store: store, Logger: log, Now: bc.Now, Group: gc, Retention: cfg.OffsetsRetention,
+		Store: store, Logger: log, Now: bc.Now, Group: gc, Consumer: consumerConfig(cfg.Consumer), Retention: cfg.OffsetsRetention,
 		Fresh: func() bool {
 			rt := rtp.Load()
 			return rt != nil && rt.Fresh()

@@ -21,13 +21,16 @@ const (
 	keySyncGroup       = 14
 	keyApiVersions     = 18
 	keyTxnOffsetCommit = 28
+	// keyConsumerGroupHeartbeat is KIP-848's heartbeat: a member epoch in
+	// a successful answer plays the part of a generation.
+	keyConsumerGroupHeartbeat = 68
 )
 
 // tracked reports whether answers to key are decoded.
 func tracked(key int16) bool {
 	switch key {
 	case keyOffsetCommit, keyOffsetFetch, keyFindCoordinator, keyJoinGroup,
-		keyHeartbeat, keyLeaveGroup, keySyncGroup, keyTxnOffsetCommit:
+		keyHeartbeat, keyLeaveGroup, keySyncGroup, keyTxnOffsetCommit, keyConsumerGroupHeartbeat:
 		return true
 	}
 	return false
@@ -158,6 +161,13 @@ func events(req kmsg.Request, resp kmsg.Response) []Event {
 		return one(q.Group, gen, r.ErrorCode)
 	case *kmsg.HeartbeatRequest:
 		return one(q.Group, -1, resp.(*kmsg.HeartbeatResponse).ErrorCode)
+	case *kmsg.ConsumerGroupHeartbeatRequest:
+		r := resp.(*kmsg.ConsumerGroupHeartbeatResponse)
+		gen := int32(-1)
+		if r.ErrorCode == 0 && r.MemberEpoch > 0 {
+			gen = r.MemberEpoch
+		}
+		return one(q.Group, gen, r.ErrorCode)
 	case *kmsg.LeaveGroupRequest:
 		r := resp.(*kmsg.LeaveGroupResponse)
 		codes := []int16{r.ErrorCode}
