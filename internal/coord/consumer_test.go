@@ -1,0 +1,97 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/kaas-dev/kaas/internal/cgroup"
+	"github.com/kaas-dev/kaas/internal/offsets"
+)
+
+func consumerImage() *cgroup.Image {
+	return cgroup.NewImage(cgroup.Topic{Name: "t", ID: cgroup.TopicID{7}, Partitions: 4})
+}
+
+func consumerJoin(id string) cgroup.HeartbeatInput {
+	return cgroup.HeartbeatInput{Version: 1, MemberID: id, RebalanceTimeoutMs: 30_000,
+		SubscribedTopicNames: []string{"t"}, OwnedSent: true, OwnedTopicPartitions: []cgroup.TopicPartitions{}}
+}
+
+func consumerBeat(id string, epoch int32, owned []cgroup.TopicPartitions) cgroup.HeartbeatInput {
+	if owned == nil {
+		owned = []cgroup.TopicPartitions{}
+	}
+	return cgroup.HeartbeatInput{Version: 1, MemberID: id, MemberEpoch: epoch, RebalanceTimeoutMs: -1, OwnedSent: true, OwnedTopicPartitions: owned}
+}
+
+// TestConsumerGroupMovesWithItsEpochs: a KIP-848 group in the middle of a
+// reconciliation moves to another coordinator (the assignment changes
+// owner); the new owner loads it from the group's file and its members
+// carry on with their member ids and epochs: no UNKNOWN_MEMBER_ID, no
+// FENCED_MEMBER_EPOCH, and the revocation in flight completes there. The
+// replaced owner can no longer write the group.
+func TestConsumerGroupMovesWithItsEpochs(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	g := "moving-848"
+	v1 := assignment(1, 2, nil, map[string]string{g: "kaas-0"})
+	v2 := assignment(2, 2, nil, map[string]string{g: "kaas-1"})
+	a := newOwner(t, dir, "kaas-0", v1)
+	a.SetTopics(consumerImage)
+	beat := func(c *Coordinator, in cgroup.HeartbeatInput) cgroup.HeartbeatResult {
+		t.Helper()
+		res, err := c.ConsumerHeartbeat(ctx, g, in)
+		if err != nil || res.Err != cgroup.ErrNone {
+			t.Fatalf("heartbeat %s epoch %d: %v %v %s", in.MemberID, in.MemberEpoch, err, res.Err, res.ErrMessage)
+		}
+		return res
+	}
+	r1 := beat(a, consumerJoin("m1"))
+	r2 := beat(a, consumerJoin("m2"))
+	r1 = beat(a, consumerBeat("m1", r1.MemberEpoch, r1.Assignment)) // asked to give up half
+	if r1.MemberEpoch != 1 || len(r1.Assignment) != 1 || len(r1.Assignment[0].Partitions) != 2 {
+		t.Fatalf("m1 before the move: %+v", r1)
+	}
+	before, err := a.ConsumerDescribe(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	b := newOwner(t, dir, "kaas-1", v2)
+	b.SetTopics(consumerImage)
+	after, err := b.ConsumerDescribe(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.GroupEpoch != before.GroupEpoch || after.AssignmentEpoch != before.AssignmentEpoch || len(after.Members) != 2 {
+		t.Fatalf("loaded group %+v, was %+v", after, before)
+	}
+	for i, m := range after.Members {
+		if m.MemberEpoch != before.Members[i].MemberEpoch || m.State != before.Members[i].State {
+			t.Fatalf("member %s loaded at epoch %d %v, was %d %v", m.MemberID, m.MemberEpoch, m.State, before.Members[i].MemberEpoch, before.Members[i].State)
+		}
+	}
+	// The revocation completes at the new owner, then m2 gets its share.
+	r1 = beat(b, consumerBeat("m1", 1, r1.Assignment))
+	if r1.MemberEpoch != 2 {
+		t.Fatalf("m1 after revoking at the new owner: %+v", r1)
+	}
+	r2 = beat(b, consumerBeat("m2", r2.MemberEpoch, nil))
+	if !r2.HasAssignment || len(r2.Assignment) != 1 || len(r2.Assignment[0].Partitions) != 2 {
+		t.Fatalf("m2 at the new owner: %+v", r2)
+	}
+	// Commits with the members' epochs land at the new owner.
+	wait, refused, err := b.Commit(CommitInput{Group: g, Version: 9, Generation: r2.MemberEpoch, MemberID: "m2",
+		Offsets: map[offsets.TP]offsets.Offset{{Topic: "t", Partition: r2.Assignment[0].Partitions[0]}: {Offset: 5, LeaderEpoch: -1, ExpireTimestamp: -1}}})
+	if err != nil || len(refused) != 0 {
+		t.Fatalf("commit at the new owner: %v %v", err, refused)
+	}
+	if err := wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The replaced owner cannot write the group any more.
+	if _, err := a.ConsumerHeartbeat(ctx, g, consumerBeat("m1", 1, nil)); !errors.Is(err, ErrNotCoordinator) {
+		t.Fatalf("heartbeat at the replaced owner: %v", err)
+	}
+}
