@@ -12,6 +12,9 @@ need=()
 command -v kcat >/dev/null 2>&1 || need+=(kcat)
 /usr/bin/python3 -c 'import kafka' >/dev/null 2>&1 || need+=(python3-kafka)
 /usr/bin/python3 -c 'import confluent_kafka' >/dev/null 2>&1 || need+=(python3-confluent-kafka)
+# python3-venv: the suite makes a virtual environment with a recent
+# confluent-kafka (group.protocol=consumer, KIP-848) itself.
+/usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 # node and npm run the kafkajs client (the suite installs kafkajs itself).
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)

@@ -55,6 +55,9 @@ var drivers = []driver{
 	{name: "kafka-go", need: noNeed, start: startKafkaGo},
 	{name: "kafka-python", need: needPython("kafka"), start: startPython(kafkaPythonMember)},
 	{name: "confluent-kafka-python", need: needPython("confluent_kafka"), start: startPython(confluentMember)},
+	// librdkafka 2.16 with group.protocol=consumer (KIP-848), from a
+	// virtual environment the suite makes.
+	{name: "confluent-kafka-python-848", need: needConfluentVenv, start: startConfluent848},
 	{name: "kcat", quiesce: true, need: needKcat, start: startKcat},
 	{name: "kafkajs", need: needKafkajs, start: startKafkajs},
 }
@@ -438,6 +441,61 @@ while not stop:
 c.close()
 print("closed", file=sys.stderr, flush=True)
 `
+
+// confluent848Member is confluentMember with the consumer group protocol
+// (KIP-848): the coordinator assigns, so the classic protocol's session,
+// heartbeat and assignor settings are not allowed.
+var confluent848Member = strings.Replace(confluentMember,
+	`"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "max.poll.interval.ms": 20000,`,
+	`"group.protocol": "consumer", "max.poll.interval.ms": 20000,`, 1)
+
+const confluentVersion = "2.16.1"
+
+var (
+	venvOnce sync.Once
+	venvDir  string
+	venvErr  error
+)
+
+// confluentVenv makes a Python virtual environment with confluent-kafka
+// (which bundles a librdkafka that speaks KIP-848) in
+// internal/conformance/.cache, once; a second run finds it there.
+func confluentVenv() (string, error) {
+	venvOnce.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		venvDir = filepath.Join(filepath.Dir(file), ".cache", "venv-confluent-kafka-"+confluentVersion)
+		py := filepath.Join(venvDir, "bin", "python")
+		if exec.Command(py, "-c", "import confluent_kafka").Run() == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if b, err := exec.CommandContext(ctx, python, "-m", "venv", venvDir).CombinedOutput(); err != nil {
+			venvErr = fmt.Errorf("python3 -m venv: %v\n%s", err, b)
+			return
+		}
+		if b, err := exec.CommandContext(ctx, filepath.Join(venvDir, "bin", "pip"), "install", "-q",
+			"confluent-kafka=="+confluentVersion).CombinedOutput(); err != nil {
+			venvErr = fmt.Errorf("pip install confluent-kafka==%s: %v\n%s", confluentVersion, err, b)
+		}
+	})
+	return filepath.Join(venvDir, "bin", "python"), venvErr
+}
+
+func needConfluentVenv(t *testing.T) {
+	if _, err := confluentVenv(); err != nil {
+		missing(t, "confluent-kafka "+confluentVersion+" in a virtual environment", err)
+	}
+}
+
+func startConfluent848(r *run, id int, _ string) (member, error) {
+	py, err := confluentVenv()
+	if err != nil {
+		return nil, err
+	}
+	return startProc(r, id, []string{"PYTHONUNBUFFERED=1"}, py, "-c", confluent848Member,
+		strings.Join(r.c.addrs(), ","), topic, r.group, fmt.Sprintf("py848-%d", id))
+}
 
 // kcat -G: librdkafka's balanced consumer with auto-commit of what it
 // printed; SIGTERM makes it close the consumer (commit, leave) and exit.

@@ -614,6 +614,36 @@ func (r *run) waitConsuming(what string, from map[int32]int64, since time.Time, 
 	return d
 }
 
+// watchConsuming starts waitConsuming's wait in the background, from now;
+// the returned function waits for its outcome (failing the test when the
+// group did not consume again within timeout) and returns the pause, from
+// since to the first moment every partition had consumed something new.
+func (r *run) watchConsuming(from map[int32]int64, since time.Time, timeout time.Duration) func(what string) time.Duration {
+	type outcome struct {
+		d   time.Duration
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		err := proctest.WaitFor(timeout, func() error {
+			if b := r.got.behind(from); len(b) > 0 {
+				return fmt.Errorf("nothing new consumed on partitions %v", b)
+			}
+			return nil
+		})
+		done <- outcome{time.Since(since), err}
+	}()
+	return func(what string) time.Duration {
+		r.t.Helper()
+		o := <-done
+		if o.err != nil {
+			r.t.Fatalf("%s: group not consuming again: %v", what, o.err)
+		}
+		r.logf("%s: consuming again on every partition after %v", what, o.d.Round(100*time.Millisecond))
+		return o.d
+	}
+}
+
 // consuming checks that the group consumes new records on every partition.
 func (r *run) consuming(what string) {
 	r.t.Helper()
@@ -1054,6 +1084,10 @@ func rollingRestart(r *run) {
 			from := r.prod.Ledger.Ends()
 			at := time.Now()
 			r.downed[b.id()] = true
+			// The group's pause is watched while the broker drains and
+			// restarts: the members consume again from the other brokers,
+			// whatever the restarted process's start-up takes.
+			resumed := r.watchConsuming(from, at, 90*time.Second)
 			if err := b.terminate(45 * time.Second); err != nil {
 				r.t.Fatalf("SIGTERM: %v", err)
 			}
@@ -1061,7 +1095,7 @@ func rollingRestart(r *run) {
 			if err := b.start(); err != nil {
 				r.t.Fatal(err)
 			}
-			d := r.waitConsuming(fmt.Sprintf("broker %d restarted", b.id()), from, at, 90*time.Second)
+			d := resumed(fmt.Sprintf("broker %d drained", b.id()))
 			r.pause(b.id(), d)
 			r.note("broker %d: drain %v, consuming again %v", b.id(), drained.Round(100*time.Millisecond), d.Round(100*time.Millisecond))
 			worst = max(worst, d)
