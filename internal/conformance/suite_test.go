@@ -163,10 +163,41 @@ type consumed struct {
 	track bool            // min offsets since the last mark are tracked
 	min   map[int32]int64 // lowest offset consumed per partition since mark
 	total int
+	// progress holds, per partition, when its highest consumed offset
+	// grew: the gaps between them are the pauses the members saw.
+	progress map[int32][]time.Time
 }
 
 func newConsumed() *consumed {
-	return &consumed{seen: map[int32]map[int64]bool{}, max: map[int32]int64{}, min: map[int32]int64{}}
+	return &consumed{seen: map[int32]map[int64]bool{}, max: map[int32]int64{}, min: map[int32]int64{}, progress: map[int32][]time.Time{}}
+}
+
+// longestGap is the longest time any partition went without progress
+// within [from, to]: the pause the group's consumption saw then, the
+// partition and when that pause began.
+func (c *consumed) longestGap(from, to time.Time) (worst time.Duration, part int32, began time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	note := func(p int32, a, b time.Time) {
+		if d := b.Sub(a); d > worst {
+			worst, part, began = d, p, a
+		}
+	}
+	for p := range int32(parts) {
+		last := from
+		for _, at := range c.progress[p] {
+			if at.Before(from) {
+				continue
+			}
+			if at.After(to) {
+				break
+			}
+			note(p, last, at)
+			last = at
+		}
+		note(p, last, to)
+	}
+	return worst, part, began
 }
 
 func (c *consumed) add(p int32, off int64) {
@@ -181,6 +212,7 @@ func (c *consumed) add(p int32, off int64) {
 	c.total++
 	if v, ok := c.max[p]; !ok || off > v {
 		c.max[p] = off
+		c.progress[p] = append(c.progress[p], time.Now())
 	}
 	if c.track {
 		if v, ok := c.min[p]; !ok || off < v {
@@ -372,7 +404,16 @@ func newRun(t *testing.T, drv driver, scenario string, v volume) *run {
 	if _, err := r.adm.CreateTopic(ctx, parts, c.replicas, nil, topic); err != nil {
 		t.Fatalf("create topic: %v", err)
 	}
-	prod, err := proctest.StartProducer(c.addrs(), topic, parts, 20*time.Millisecond)
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plog, err := os.Create(filepath.Join(r.dir, "producer.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { plog.Close() })
+	prod, err := proctest.StartProducer(c.addrs(), topic, parts, 20*time.Millisecond,
+		kgo.WithLogger(kgo.BasicLogger(plog, kgo.LogLevelInfo, func() string { return time.Now().UTC().Format("15:04:05.000 ") })))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -612,36 +653,6 @@ func (r *run) waitConsuming(what string, from map[int32]int64, since time.Time, 
 	d := time.Since(since)
 	r.logf("%s: consuming again on every partition after %v", what, d.Round(100*time.Millisecond))
 	return d
-}
-
-// watchConsuming starts waitConsuming's wait in the background, from now;
-// the returned function waits for its outcome (failing the test when the
-// group did not consume again within timeout) and returns the pause, from
-// since to the first moment every partition had consumed something new.
-func (r *run) watchConsuming(from map[int32]int64, since time.Time, timeout time.Duration) func(what string) time.Duration {
-	type outcome struct {
-		d   time.Duration
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		err := proctest.WaitFor(timeout, func() error {
-			if b := r.got.behind(from); len(b) > 0 {
-				return fmt.Errorf("nothing new consumed on partitions %v", b)
-			}
-			return nil
-		})
-		done <- outcome{time.Since(since), err}
-	}()
-	return func(what string) time.Duration {
-		r.t.Helper()
-		o := <-done
-		if o.err != nil {
-			r.t.Fatalf("%s: group not consuming again: %v", what, o.err)
-		}
-		r.logf("%s: consuming again on every partition after %v", what, o.d.Round(100*time.Millisecond))
-		return o.d
-	}
 }
 
 // consuming checks that the group consumes new records on every partition.
@@ -1081,13 +1092,8 @@ func rollingRestart(r *run) {
 	chaos(r, func() time.Duration {
 		var worst time.Duration
 		for _, b := range r.c.nodes {
-			from := r.prod.Ledger.Ends()
 			at := time.Now()
 			r.downed[b.id()] = true
-			// The group's pause is watched while the broker drains and
-			// restarts: the members consume again from the other brokers,
-			// whatever the restarted process's start-up takes.
-			resumed := r.watchConsuming(from, at, 90*time.Second)
 			if err := b.terminate(45 * time.Second); err != nil {
 				r.t.Fatalf("SIGTERM: %v", err)
 			}
@@ -1095,9 +1101,14 @@ func rollingRestart(r *run) {
 			if err := b.start(); err != nil {
 				r.t.Fatal(err)
 			}
-			d := resumed(fmt.Sprintf("broker %d drained", b.id()))
+			r.waitConsuming(fmt.Sprintf("broker %d restarted", b.id()), r.prod.Ledger.Ends(), time.Now(), 90*time.Second)
+			// The pause is the longest time a partition went without
+			// progress from the SIGTERM on: the members consume from the
+			// other brokers while this one drains and starts again.
+			d, p, began := r.got.longestGap(at, time.Now())
 			r.pause(b.id(), d)
-			r.note("broker %d: drain %v, consuming again %v", b.id(), drained.Round(100*time.Millisecond), d.Round(100*time.Millisecond))
+			r.note("broker %d: drain %v, longest pause %v (partition %d, %v after the SIGTERM)", b.id(), drained.Round(100*time.Millisecond),
+				d.Round(100*time.Millisecond), p, began.Sub(at).Round(100*time.Millisecond))
 			worst = max(worst, d)
 		}
 		return worst

@@ -1,0 +1,323 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func init() { Register(consumer848Goal{}) }
+
+// consumer848Goal measures KIP-848 consumer groups with one raw
+// ConsumerGroupHeartbeat driver for both targets (kaas on tmpfs and kfake,
+// which both serve the protocol): members each with their own client,
+// heartbeating every 10 ms and owning exactly what the last answer gave
+// them (revocations at once). Rows: 100 members joining until every member
+// is at one epoch with every partition owned once; one member added to
+// 100; and heartbeats per second with 64 members heartbeating back to back.
+type consumer848Goal struct{}
+
+func (consumer848Goal) Name() string { return "consumer848" }
+func (consumer848Goal) Describe() string {
+	return "KIP-848 consumer groups (raw ConsumerGroupHeartbeat, 10 ms heartbeats): 100 members reconciled, +1 member, heartbeat throughput with 64 members (kaas-tmpfs vs kfake)"
+}
+
+const (
+	c848Members    = 100
+	c848Throughput = 64
+	c848Partitions = 200
+	c848Topic      = "bench-848"
+)
+
+func (consumer848Goal) Run(ctx context.Context, env *Env) ([]Row, error) {
+	const g = "consumer848"
+	n, tput := c848Members, c848Throughput
+	window := 3 * time.Second
+	if env.Duration < time.Second { // the quick test
+		n, tput, window = 10, 8, 300*time.Millisecond
+	}
+	mem, err := env.GroupTarget(ctx)
+	if err != nil {
+		return nil, err
+	}
+	type figures struct {
+		form, plus1 time.Duration
+		rate        float64
+	}
+	measure := func(t Target) (figures, error) {
+		var f figures
+		cls, err := openClients(t, n+1)
+		if err != nil {
+			return f, err
+		}
+		defer closeClients(cls)
+		if err := ensureTopic(ctx, cls[0], c848Topic, c848Partitions); err != nil {
+			return f, fmt.Errorf("%s: %w", t.Name, err)
+		}
+		var forms, adds []time.Duration
+		for rep := range rebalanceReps {
+			r := newC848Run(fmt.Sprintf("bench-848-%d", rep), cls)
+			t0 := time.Now()
+			r.start(ctx, n)
+			if err := r.waitReconciled(ctx, n, 60*time.Second); err != nil {
+				r.stop()
+				return f, fmt.Errorf("%s: form %d: %w", t.Name, n, err)
+			}
+			forms = append(forms, time.Since(t0))
+			t1 := time.Now()
+			r.start(ctx, 1)
+			if err := r.waitReconciled(ctx, n+1, 60*time.Second); err != nil {
+				r.stop()
+				return f, fmt.Errorf("%s: grow to %d: %w", t.Name, n+1, err)
+			}
+			adds = append(adds, time.Since(t1))
+			r.stop()
+		}
+		slices.Sort(forms)
+		slices.Sort(adds)
+		f.form, f.plus1 = forms[len(forms)/2], adds[len(adds)/2]
+		r := newC848Run("bench-848-throughput", cls[:tput])
+		r.every = 0 // back to back
+		r.start(ctx, tput)
+		if err := r.waitReconciled(ctx, tput, 60*time.Second); err != nil {
+			r.stop()
+			return f, fmt.Errorf("%s: throughput group: %w", t.Name, err)
+		}
+		before := r.beats.Load()
+		time.Sleep(window)
+		f.rate = float64(r.beats.Load()-before) / window.Seconds()
+		r.stop()
+		return f, nil
+	}
+	peer, err := measure(env.Kfake)
+	if err != nil {
+		return nil, err
+	}
+	ours, err := measure(mem)
+	if err != nil {
+		return nil, err
+	}
+	where := "kaas-tmpfs"
+	if mem.Durable {
+		where = "kaas (no tmpfs)"
+	}
+	return []Row{
+		AtMost(g, fmt.Sprintf("consumer group: %d members reconciled, %s vs kfake", n, where), "ms",
+			ms(ours.form), ms(peer.form), RefKfake, 1.0,
+			fmt.Sprintf("median of %d; from the first join to every member at one epoch owning its share of %d partitions, each owned once", rebalanceReps, c848Partitions)),
+		AtMost(g, fmt.Sprintf("consumer group: +1 member to %d, %s vs kfake", n, where), "ms",
+			ms(ours.plus1), ms(peer.plus1), RefKfake, 1.0,
+			fmt.Sprintf("median of %d; from the new member's join to all %d reconciled", rebalanceReps, n+1)),
+		AtLeast(g, fmt.Sprintf("consumer group: ConsumerGroupHeartbeat with %d members, %s vs kfake", tput, where), "heartbeats/s",
+			ours.rate, peer.rate, RefKfake, 1.0,
+			fmt.Sprintf("%d members each heartbeating back to back for %s, one client each", tput, window)),
+	}, nil
+}
+
+// ensureTopic creates topic with parts partitions unless it exists.
+func ensureTopic(ctx context.Context, cl *kgo.Client, topic string, parts int32) error {
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, parts, 1, nil, topic)
+	if err != nil {
+		return err
+	}
+	if resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
+		return resp.Err
+	}
+	return nil
+}
+
+// c848Run drives the members of one KIP-848 group, one client each.
+type c848Run struct {
+	group string
+	cls   []*kgo.Client
+	every time.Duration // between a member's heartbeats
+	beats atomic.Int64  // successful heartbeats
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	next   int
+
+	mu      sync.Mutex // guards the fields below
+	state   []c848Member
+	err     error
+	changed chan struct{}
+}
+
+// c848Member is what a member last heard: its epoch and partitions.
+type c848Member struct {
+	in    bool
+	epoch int32
+	owned map[[16]byte][]int32
+}
+
+func newC848Run(group string, cls []*kgo.Client) *c848Run {
+	r := &c848Run{group: group, cls: cls, every: heartbeatEvery, state: make([]c848Member, len(cls)), changed: make(chan struct{})}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	return r
+}
+
+func (r *c848Run) start(ctx context.Context, k int) {
+	for range k {
+		i := r.next
+		r.next++
+		r.wg.Go(func() {
+			if err := r.member(ctx, i); err != nil && r.ctx.Err() == nil && ctx.Err() == nil {
+				r.mu.Lock()
+				if r.err == nil {
+					r.err = fmt.Errorf("member %d: %w", i, err)
+				}
+				close(r.changed)
+				r.changed = make(chan struct{})
+				r.mu.Unlock()
+			}
+		})
+	}
+}
+
+// stop makes the members leave (epoch -1) and waits for them.
+func (r *c848Run) stop() {
+	r.cancel()
+	r.wg.Wait()
+}
+
+// reconciled: the first n members are in at one epoch and own every
+// partition of the topic exactly once.
+func (r *c848Run) reconciled(n int) bool {
+	type tp struct {
+		topic [16]byte
+		p     int32
+	}
+	owners := map[tp]int{}
+	epoch := int32(-1)
+	for _, m := range r.state[:n] {
+		if !m.in || (epoch >= 0 && m.epoch != epoch) {
+			return false
+		}
+		epoch = m.epoch
+		for id, ps := range m.owned {
+			for _, p := range ps {
+				owners[tp{id, p}]++
+			}
+		}
+	}
+	if len(owners) != c848Partitions {
+		return false
+	}
+	for _, c := range owners {
+		if c != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *c848Run) waitReconciled(ctx context.Context, n int, limit time.Duration) error {
+	timeout := time.NewTimer(limit)
+	defer timeout.Stop()
+	for {
+		r.mu.Lock()
+		if r.err != nil {
+			err := r.err
+			r.mu.Unlock()
+			return err
+		}
+		if r.reconciled(n) {
+			r.mu.Unlock()
+			return nil
+		}
+		ch := r.changed
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timeout.C:
+			return fmt.Errorf("not reconciled after %s", limit)
+		}
+	}
+}
+
+// member runs member i: join, then heartbeat every r.every reporting what
+// it owns, until the run stops; then leave. Bounded by the run's context.
+func (r *c848Run) member(ctx context.Context, i int) error {
+	cl := r.cls[i]
+	id := fmt.Sprintf("%s-member-%d", r.group, i)
+	epoch := int32(0)
+	owned := map[[16]byte][]int32{}
+	var tick *time.Ticker
+	if r.every > 0 {
+		tick = time.NewTicker(r.every)
+		defer tick.Stop()
+	}
+	for ctx.Err() == nil {
+		if r.ctx.Err() != nil {
+			leave := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+			leave.Group, leave.MemberID, leave.MemberEpoch = r.group, id, -1
+			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, _ = leave.RequestWith(lctx, cl)
+			cancel()
+			return nil
+		}
+		req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+		req.Group, req.MemberID, req.MemberEpoch = r.group, id, epoch
+		req.RebalanceTimeoutMillis = -1
+		req.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+		for t, ps := range owned {
+			req.Topics = append(req.Topics, kmsg.ConsumerGroupHeartbeatRequestTopic{TopicID: t, Partitions: ps})
+		}
+		if epoch == 0 {
+			req.RebalanceTimeoutMillis = rebalanceTimeMs
+			req.SubscribedTopicNames = []string{c848Topic}
+			req.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+		}
+		resp, err := req.RequestWith(r.ctx, cl)
+		if err != nil {
+			if r.ctx.Err() != nil {
+				continue // stopping: leave above
+			}
+			return err
+		}
+		switch err := kerr.ErrorForCode(resp.ErrorCode); {
+		case err == nil:
+		case errors.Is(err, kerr.FencedMemberEpoch), errors.Is(err, kerr.UnknownMemberID):
+			epoch, owned = 0, map[[16]byte][]int32{}
+			continue
+		default:
+			return fmt.Errorf("heartbeat: %w", err)
+		}
+		r.beats.Add(1)
+		epoch = resp.MemberEpoch
+		if resp.Assignment != nil {
+			owned = map[[16]byte][]int32{}
+			for _, t := range resp.Assignment.Topics {
+				owned[t.TopicID] = slices.Clone(t.Partitions)
+			}
+		}
+		r.mu.Lock()
+		prev := r.state[i]
+		r.state[i] = c848Member{in: true, epoch: epoch, owned: owned}
+		if prev.epoch != epoch || !prev.in || resp.Assignment != nil {
+			close(r.changed)
+			r.changed = make(chan struct{})
+		}
+		r.mu.Unlock()
+		if tick != nil {
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+			case <-r.ctx.Done():
+			}
+		}
+	}
+	return nil
+}
