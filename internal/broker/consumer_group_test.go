@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,10 +38,6 @@ func TestConsumerProtocolGroupSharesPartitionsAndResumes(t *testing.T) {
 	createTopic(t, cl, "kt", 6, nil)
 	produceN(t, cl, "kt", 600)
 
-	var mu sync.Mutex
-	seen := map[string]int{}
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
-	defer cancel()
 	members := make([]*kgo.Client, 3)
 	for i := range members {
 		members[i] = client(t, b, kgo.ConsumerGroup("k1"), kgo.ConsumeTopics("kt"),
@@ -50,33 +45,7 @@ func TestConsumerProtocolGroupSharesPartitionsAndResumes(t *testing.T) {
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(),
 			kgo.HeartbeatInterval(200*time.Millisecond), kgo.ClientID(fmt.Sprintf("k-%d", i)))
 	}
-	var wg sync.WaitGroup
-	for _, m := range members {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				fs := m.PollFetches(ctx)
-				fs.EachRecord(func(r *kgo.Record) {
-					mu.Lock()
-					seen[string(r.Value)]++
-					mu.Unlock()
-				})
-				if err := m.CommitUncommittedOffsets(ctx); err != nil && ctx.Err() == nil {
-					t.Logf("commit: %v", err)
-				}
-				mu.Lock()
-				done := len(seen) >= 600
-				mu.Unlock()
-				if done {
-					cancel() // wakes the other members' polls
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if len(seen) != 600 {
+	if seen := consumeInGroup(t, members, 600, 45*time.Second); len(seen) != 600 {
 		t.Fatalf("consumed %d distinct of 600", len(seen))
 	}
 	var described kmsg.ConsumerGroupDescribeResponseGroup

@@ -23,29 +23,17 @@ func fastGroups() *group.Config {
 	return &gc
 }
 
-// groupConsumer consumes topic in group until it has n records in total
-// across the shared map, committing as it goes.
-func TestConsumerGroupConvergesAndResumesFromCommits(t *testing.T) {
-	b := startGroupBroker(t, t.TempDir(), fastGroups(), nil)
-	cl := client(t, b)
-	createTopic(t, cl, "gt", 6, nil)
-	produceN(t, cl, "gt", 600)
-
+// consumeInGroup polls every member until they have consumed n distinct
+// records (by value) between them or the timeout passes, each committing
+// what it polled; it returns how often each value was consumed.
+func consumeInGroup(t *testing.T, members []*kgo.Client, n int, timeout time.Duration) map[string]int {
 	var mu sync.Mutex
 	seen := map[string]int{}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	members := make([]*kgo.Client, 3)
-	for i := range members {
-		members[i] = client(t, b, kgo.ConsumerGroup("g1"), kgo.ConsumeTopics("gt"),
-			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(),
-			kgo.HeartbeatInterval(200*time.Millisecond))
-	}
 	for _, m := range members {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for ctx.Err() == nil {
 				fs := m.PollFetches(ctx)
 				fs.EachRecord(func(r *kgo.Record) {
@@ -57,21 +45,32 @@ func TestConsumerGroupConvergesAndResumesFromCommits(t *testing.T) {
 					t.Logf("commit: %v", err)
 				}
 				mu.Lock()
-				done := len(seen) >= 600
+				done := len(seen) >= n
 				mu.Unlock()
 				if done {
 					cancel() // wakes the other members' polls
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	if len(seen) != 600 {
-		t.Fatalf("consumed %d distinct of 600", len(seen))
+	return seen
+}
+
+func TestConsumerGroupConvergesAndResumesFromCommits(t *testing.T) {
+	b := startGroupBroker(t, t.TempDir(), fastGroups(), nil)
+	cl := client(t, b)
+	createTopic(t, cl, "gt", 6, nil)
+	produceN(t, cl, "gt", 600)
+
+	members := make([]*kgo.Client, 3)
+	for i := range members {
+		members[i] = client(t, b, kgo.ConsumerGroup("g1"), kgo.ConsumeTopics("gt"),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(),
+			kgo.HeartbeatInterval(200*time.Millisecond))
 	}
-	ctx = context.Background()
-	if len(seen) != 600 {
+	if seen := consumeInGroup(t, members, 600, 30*time.Second); len(seen) != 600 {
 		t.Fatalf("consumed %d distinct of 600", len(seen))
 	}
 	// Every partition is owned by exactly one member.
