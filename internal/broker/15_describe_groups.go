@@ -25,6 +25,11 @@ func (b *Broker) handleDescribeGroups(_ context.Context, c *conn, req wire.Reque
 		dg.AuthorizedOperations = -2147483648 // not requested / not computed
 		d, err := b.coord.Describe(g)
 		switch {
+		case errors.Is(err, coord.ErrNotClassicGroup):
+			dg.State = "Dead"
+			dg.ErrorCode = kerr.GroupIDNotFound.Code
+			msg := "Group " + g + " is not a classic group."
+			dg.ErrorMessage = &msg
 		case errors.Is(err, coord.ErrGroupNotFound):
 			dg.State = "Dead"
 			if r.Version >= 6 {

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -80,25 +79,14 @@ func TestConsumerProtocolGroupSharesPartitionsAndResumes(t *testing.T) {
 		t.Errorf("assignor %q, want uniform (franz-go's sticky balancer asks for it)", described.AssignorName)
 	}
 
-	// DescribeGroups (the classic API) shows it too, members' assignments
-	// in the classic consumer format.
-	dg, err := kadm.NewClient(cl).DescribeGroups(context.Background(), "k1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	classic := dg["k1"]
-	total := 0
-	for _, m := range classic.Members {
-		a, ok := m.Assigned.AsConsumer()
-		if !ok {
-			t.Fatalf("member %s: assignment not in the consumer format", m.MemberID)
-		}
-		for _, tp := range a.Topics {
-			total += len(tp.Partitions)
-		}
-	}
-	if classic.ProtocolType != "consumer" || classic.State != "Stable" || len(classic.Members) != 3 || total != 6 {
-		t.Fatalf("DescribeGroups of a consumer group: %s %s, %d members, %d partitions", classic.ProtocolType, classic.State, len(classic.Members), total)
+	// DescribeGroups (the classic API) answers as Kafka 4.4 does for a
+	// consumer group.
+	dreq := kmsg.NewPtrDescribeGroupsRequest()
+	dreq.Groups = []string{"k1"}
+	dresp, err := dreq.RequestWith(context.Background(), cl)
+	if err != nil || dresp.Groups[0].ErrorCode != kerr.GroupIDNotFound.Code || dresp.Groups[0].State != "Dead" ||
+		dresp.Groups[0].ErrorMessage == nil || *dresp.Groups[0].ErrorMessage != "Group k1 is not a classic group." {
+		t.Fatalf("DescribeGroups of a consumer group: %+v %v", dresp, err)
 	}
 
 	// Listed as a consumer group, filtered by type.
@@ -175,7 +163,7 @@ func TestConsumerGroupHeartbeatErrors(t *testing.T) {
 		mod  func(r *kmsg.ConsumerGroupHeartbeatRequest)
 		want *kerr.Error
 	}{
-		{"unknown member", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.MemberEpoch = 3 }, kerr.UnknownMemberID},
+		{"unknown group", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.MemberEpoch = 3 }, kerr.GroupIDNotFound},
 		{"no member id (v1)", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.MemberID = "" }, kerr.InvalidRequest},
 		{"unknown assignor", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.ServerAssignor = kmsg.StringPtr("sticky") }, kerr.UnsupportedAssignor},
 		{"bad regex", func(r *kmsg.ConsumerGroupHeartbeatRequest) {
@@ -194,6 +182,9 @@ func TestConsumerGroupHeartbeatErrors(t *testing.T) {
 	}
 	if resp := hb(func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.MemberEpoch = 5 }); resp.ErrorCode != kerr.FencedMemberEpoch.Code {
 		t.Fatalf("future epoch: %d", resp.ErrorCode)
+	}
+	if resp := hb(func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.MemberID, r.MemberEpoch = "member-x", 1 }); resp.ErrorCode != kerr.UnknownMemberID.Code {
+		t.Fatalf("unknown member of a known group: %d", resp.ErrorCode)
 	}
 	// A commit with a stale epoch is refused per partition (KIP-1251);
 	// with the member's epoch it lands.

@@ -39,6 +39,7 @@ var errorCodes = []struct {
 	{coord.ErrInvalidGroupID, kerr.InvalidGroupID},
 	{coord.ErrGroupNotFound, kerr.GroupIDNotFound},
 	{coord.ErrNotConsumerGroup, kerr.GroupIDNotFound},
+	{coord.ErrNotClassicGroup, kerr.GroupIDNotFound},
 	{coord.ErrNonEmptyGroup, kerr.NonEmptyGroup},
 	{coord.ErrIllegalGeneration, kerr.IllegalGeneration},
 	{coord.ErrSubscribedToTopic, kerr.GroupSubscribedToTopic},

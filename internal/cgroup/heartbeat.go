@@ -1,8 +1,10 @@
 package cgroup
 
 import (
+	"errors"
 	"maps"
 	"regexp"
+	"regexp/syntax"
 	"slices"
 	"strconv"
 	"time"
@@ -67,12 +69,17 @@ func (g *Group) validate(in HeartbeatInput) (Code, string) {
 		case !in.OwnedSent || len(in.OwnedTopicPartitions) > 0:
 			return ErrInvalidRequest, "TopicPartitions must be empty when (re-)joining."
 		case in.SubscribedTopicNames == nil && (in.SubscribedTopicRegex == nil || *in.SubscribedTopicRegex == ""):
-			return ErrInvalidRequest, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+			return ErrInvalidRequest, "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining."
 		}
 	}
 	if in.SubscribedTopicRegex != nil && *in.SubscribedTopicRegex != "" {
 		if _, err := regexp.Compile(*in.SubscribedTopicRegex); err != nil {
-			return ErrInvalidRegex, "SubscribedTopicRegex is invalid: " + err.Error()
+			why := err.Error()
+			var se *syntax.Error
+			if errors.As(err, &se) {
+				why = string(se.Code)
+			}
+			return ErrInvalidRegex, "SubscribedTopicRegex `" + *in.SubscribedTopicRegex + "` is not a valid regular expression: " + why + "."
 		}
 	}
 	if in.ServerAssignor != nil && *in.ServerAssignor != "" && !slices.Contains(g.cfg.Assignors, *in.ServerAssignor) {
@@ -97,6 +104,13 @@ func (g *Group) Heartbeat(now time.Time, im *Image, in HeartbeatInput) (Heartbea
 	var out Output
 	if code, msg := g.validate(in); code != ErrNone {
 		return g.fail(code, msg), out
+	}
+	if g.epoch == 0 && in.MemberEpoch != JoinEpoch {
+		// The group never had a member: Kafka does not know it.
+		if in.MemberEpoch > 0 {
+			return g.fail(ErrGroupIDNotFound, "Consumer group "+g.id+" not found."), out
+		}
+		return g.fail(ErrGroupIDNotFound, "Group "+g.id+" not found."), out
 	}
 	if in.MemberEpoch == LeaveEpoch || in.MemberEpoch == StaticLeaveEpoch {
 		return g.leave(now, im, in)
@@ -157,7 +171,11 @@ func (g *Group) memberFor(now time.Time, in HeartbeatInput, out *Output) (*membe
 				}
 			}
 			if !ok {
-				return nil, g.fail(ErrFencedMemberEpoch, "The consumer group member has a smaller member epoch ("+itoa(in.MemberEpoch)+") than the one known by the group coordinator ("+itoa(m.epoch)+"). The member must abandon all its partitions and rejoin."), false
+				rel := "smaller"
+				if in.MemberEpoch > m.epoch {
+					rel = "greater"
+				}
+				return nil, g.fail(ErrFencedMemberEpoch, "The consumer group member has a "+rel+" member epoch ("+itoa(in.MemberEpoch)+") than the one known by the group coordinator ("+itoa(m.epoch)+"). The member must abandon all its partitions and rejoin."), false
 			}
 		}
 		return m, HeartbeatResult{}, true
@@ -166,6 +184,15 @@ func (g *Group) memberFor(now time.Time, in HeartbeatInput, out *Output) (*membe
 	id := in.MemberID
 	if id == "" {
 		id = g.cfg.NewMemberID()
+	}
+	if old := g.members[id]; old != nil && old.instanceID == instance {
+		// A member rejoining under its id (after an error it lost track of
+		// its epoch) keeps its place, epoch and assignment, as in Kafka;
+		// the answer carries its whole assignment.
+		if old.epoch == StaticLeaveEpoch {
+			old.epoch, old.state = 0, Stable
+		}
+		return old, HeartbeatResult{}, true
 	}
 	if instance != "" {
 		if oldID, ok := g.static[instance]; ok {
@@ -192,9 +219,9 @@ func (g *Group) memberFor(now time.Time, in HeartbeatInput, out *Output) (*membe
 		}
 	}
 	if old := g.members[id]; old != nil {
-		// A member rejoining with epoch 0 under its id starts over: what
-		// it had is given up, as when it was fenced.
-		g.remove(old, out, "member fenced", "rejoined with epoch 0")
+		// The id is another instance's member: the instance check below
+		// fences the request.
+		return nil, g.fail(ErrFencedInstanceID, "Static member "+id+" with instance id "+instance+" was fenced by another member."), false
 	} else if g.cfg.MaxSize > 0 && len(g.members) >= g.cfg.MaxSize {
 		return nil, g.fail(ErrGroupMaxSizeReached, "The consumer group has reached its maximum capacity of "+itoa(int32(g.cfg.MaxSize))+" members."), false
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -239,11 +240,34 @@ func withInstance(in HeartbeatInput, id string) HeartbeatInput {
 	return in
 }
 
+// TestUnknownGroupAndRejoin: as Apache Kafka 4.4 answers (checked against
+// the reference cluster): a heartbeat or leave for a group that never had a
+// member is GROUP_ID_NOT_FOUND; a member rejoining with epoch 0 under its id
+// keeps its epoch and assignment, and gets the whole assignment back.
+func TestUnknownGroupAndRejoin(t *testing.T) {
+	f := newFixture(t)
+	if res := f.hb(steady("m-a", 3, nil)); res.Err != ErrGroupIDNotFound || res.ErrMessage != "Consumer group g not found." {
+		t.Fatalf("heartbeat to an unknown group: %v %q", res.Err, res.ErrMessage)
+	}
+	if res := f.hb(HeartbeatInput{Version: 1, MemberID: "m-a", MemberEpoch: LeaveEpoch, RebalanceTimeoutMs: -1}); res.Err != ErrGroupIDNotFound || res.ErrMessage != "Group g not found." {
+		t.Fatalf("leave of an unknown group: %v %q", res.Err, res.ErrMessage)
+	}
+	r := f.ok(f.joinIn("m-a", "a"))
+	epoch := f.g.Epoch()
+	again := f.ok(f.joinIn("m-a", "a"))
+	if again.MemberEpoch != r.MemberEpoch || f.g.Epoch() != epoch || count(again.Assignment) != 6 {
+		t.Fatalf("rejoin under the same id: %+v (group epoch %d -> %d)", again, epoch, f.g.Epoch())
+	}
+	if res := f.hb(HeartbeatInput{Version: 1, MemberID: "m-b", MemberEpoch: 2, RebalanceTimeoutMs: -1}); res.Err != ErrUnknownMemberID {
+		t.Fatalf("unknown member of a known group: %v", res.Err)
+	}
+}
+
 func TestEpochFencing(t *testing.T) {
 	f := newFixture(t)
 	r1 := f.ok(f.joinIn("m-a", "a"))
-	if res := f.hb(steady("m-a", 7, r1.Assignment)); res.Err != ErrFencedMemberEpoch {
-		t.Fatalf("future epoch: %v", res.Err)
+	if res := f.hb(steady("m-a", 7, r1.Assignment)); res.Err != ErrFencedMemberEpoch || !strings.Contains(res.ErrMessage, "greater member epoch (7)") {
+		t.Fatalf("future epoch: %v %q", res.Err, res.ErrMessage)
 	}
 	r2 := f.ok(f.joinIn("m-b", "a"))
 	_ = r2

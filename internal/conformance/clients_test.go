@@ -41,8 +41,11 @@ type driver struct {
 	// librdkafka already stored its offset (kcat's consume_cb returns early
 	// when !conf.run), which would commit a record it never printed.
 	quiesce bool
-	need    func(t *testing.T)
-	start   func(r *run, id int, slot string) (member, error)
+	// consumer848: the members speak the KIP-848 consumer protocol (the
+	// group is described with ConsumerGroupDescribe).
+	consumer848 bool
+	need        func(t *testing.T)
+	start       func(r *run, id int, slot string) (member, error)
 }
 
 var drivers = []driver{
@@ -50,14 +53,14 @@ var drivers = []driver{
 	{name: "franz-go-cooperative", need: noNeed, start: franz(kgo.CooperativeStickyBalancer())},
 	{name: "franz-go-static", static: true, need: noNeed, start: franz(kgo.CooperativeStickyBalancer())},
 	// KIP-848: the coordinator assigns (uniform), members reconcile.
-	{name: "franz-go-848", need: noNeed, start: franz(kgo.CooperativeStickyBalancer(), kgo.ServerSideBalancer())},
+	{name: "franz-go-848", consumer848: true, need: noNeed, start: franz(kgo.CooperativeStickyBalancer(), kgo.ServerSideBalancer())},
 	{name: "sarama", need: noNeed, start: startSarama},
 	{name: "kafka-go", need: noNeed, start: startKafkaGo},
 	{name: "kafka-python", need: needPython("kafka"), start: startPython(kafkaPythonMember)},
 	{name: "confluent-kafka-python", need: needPython("confluent_kafka"), start: startPython(confluentMember)},
 	// librdkafka 2.16 with group.protocol=consumer (KIP-848), from a
 	// virtual environment the suite makes.
-	{name: "confluent-kafka-python-848", need: needConfluentVenv, start: startConfluent848},
+	{name: "confluent-kafka-python-848", consumer848: true, need: needConfluentVenv, start: startConfluent848},
 	{name: "kcat", quiesce: true, need: needKcat, start: startKcat},
 	{name: "kafkajs", need: needKafkajs, start: startKafkajs},
 }

@@ -561,18 +561,73 @@ func (r *run) stopAll() {
 }
 
 // describe returns the group as its coordinator describes it.
-func (r *run) describe() (kadm.DescribedGroup, error) {
+// groupView is what the checks read of the group: its state and each
+// member's partitions of the topic.
+type groupView struct {
+	State   string
+	Members []memberView
+}
+
+type memberView struct {
+	ID, ClientID string
+	Partitions   []int32
+	Readable     bool // the assignment could be read
+}
+
+// describe describes the group: DescribeGroups for a classic group,
+// ConsumerGroupDescribe for a KIP-848 one (Kafka answers DescribeGroups
+// for those with "not a classic group").
+func (r *run) describe() (groupView, error) {
 	ctx, cancel := r.ctx(4 * time.Second)
 	defer cancel()
+	if r.drv.consumer848 {
+		gs, err := r.adm.DescribeConsumerGroups(ctx, r.group)
+		if err != nil {
+			return groupView{}, err
+		}
+		g, ok := gs[r.group]
+		if !ok {
+			return groupView{}, errors.New("group not in ConsumerGroupDescribe answer")
+		}
+		v := groupView{State: g.State}
+		for _, m := range g.Members {
+			mv := memberView{ID: m.MemberID, ClientID: m.ClientID, Readable: true}
+			for p := range m.Assignment[topic] {
+				mv.Partitions = append(mv.Partitions, p)
+			}
+			for t := range m.Assignment {
+				if t != topic {
+					mv.Partitions = append(mv.Partitions, -1) // a partition outside the topic
+				}
+			}
+			v.Members = append(v.Members, mv)
+		}
+		return v, g.Err
+	}
 	gs, err := r.adm.DescribeGroups(ctx, r.group)
 	if err != nil {
-		return kadm.DescribedGroup{}, err
+		return groupView{}, err
 	}
 	g, ok := gs[r.group]
 	if !ok {
-		return kadm.DescribedGroup{}, errors.New("group not in DescribeGroups answer")
+		return groupView{}, errors.New("group not in DescribeGroups answer")
 	}
-	return g, g.Err
+	v := groupView{State: g.State}
+	for _, m := range g.Members {
+		mv := memberView{ID: m.MemberID, ClientID: m.ClientID}
+		if a, ok := m.Assigned.AsConsumer(); ok {
+			mv.Readable = true
+			for _, tp := range a.Topics {
+				if tp.Topic != topic {
+					mv.Partitions = append(mv.Partitions, -1)
+					continue
+				}
+				mv.Partitions = append(mv.Partitions, tp.Partitions...)
+			}
+		}
+		v.Members = append(v.Members, mv)
+	}
+	return v, g.Err
 }
 
 // waitStable waits until the group is Stable with n members and every
@@ -590,16 +645,12 @@ func (r *run) waitStable(n int, timeout time.Duration) {
 		}
 		owners := map[int32][]string{}
 		for _, m := range g.Members {
-			a, ok := m.Assigned.AsConsumer()
-			if !ok {
-				return fmt.Errorf("member %s: assignment is not a consumer assignment", m.MemberID)
+			if !m.Readable {
+				return fmt.Errorf("member %s: assignment is not a consumer assignment", m.ID)
 			}
-			for _, tp := range a.Topics {
-				if tp.Topic != topic {
-					continue
-				}
-				for _, p := range tp.Partitions {
-					owners[p] = append(owners[p], m.ClientID+"/"+m.MemberID)
+			for _, p := range m.Partitions {
+				if p >= 0 {
+					owners[p] = append(owners[p], m.ClientID+"/"+m.ID)
 				}
 			}
 		}

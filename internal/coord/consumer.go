@@ -8,8 +8,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kmsg"
-
 	"github.com/kaas-dev/kaas/internal/cgroup"
 	"github.com/kaas-dev/kaas/internal/group"
 	"github.com/kaas-dev/kaas/internal/offsets"
@@ -192,8 +190,12 @@ func (g *consumerGroup) stop() {
 
 // ErrNotConsumerGroup: a consumer protocol request for a classic group
 // with members (Kafka answers GROUP_ID_NOT_FOUND, "is not a consumer
-// group"), or the reverse (INCONSISTENT_GROUP_PROTOCOL).
-var ErrNotConsumerGroup = errors.New("coord: the group is a classic group")
+// group"). ErrNotClassicGroup: DescribeGroups of a consumer group (Kafka
+// answers GROUP_ID_NOT_FOUND, "is not a classic group").
+var (
+	ErrNotConsumerGroup = errors.New("coord: the group is a classic group")
+	ErrNotClassicGroup  = errors.New("coord: the group is a consumer group")
+)
 
 // ConsumerHeartbeat feeds a ConsumerGroupHeartbeat to the group and answers
 // once what it changed is durable.
@@ -284,47 +286,4 @@ func (c *Coordinator) checkConsumerCommit(s *shell, in group.CommitCheck, versio
 		refused[byID[ctp]] = CodeError(code)
 	}
 	return refused, nil
-}
-
-// describeClassic answers DescribeGroups for a consumer group as Kafka
-// does: its state, protocol type "consumer", the assignor as the protocol,
-// and its members with their subscription and current assignment encoded
-// in the classic consumer protocol's formats (ConsumerProtocolSubscription
-// and ConsumerProtocolAssignment), so that tools written for classic groups
-// read them.
-func (g *consumerGroup) describeClassic() group.Description {
-	d := g.core.Describe()
-	im := g.c.image()
-	out := group.Description{State: d.State, ProtocolType: "consumer", Protocol: d.Assignor}
-	for _, m := range d.Members {
-		md := group.MemberDescription{MemberID: m.MemberID, ClientID: m.ClientID, ClientHost: m.ClientHost}
-		if m.InstanceID != "" {
-			id := m.InstanceID
-			md.InstanceID = &id
-		}
-		meta := kmsg.NewConsumerMemberMetadata()
-		meta.Version = 3
-		meta.Topics = m.SubscribedTopicNames
-		if m.SubscribedTopicRegex != "" {
-			meta.Topics = nil
-			for _, tps := range m.Assignment {
-				if t, ok := im.ByID(tps.Topic); ok {
-					meta.Topics = append(meta.Topics, t.Name)
-				}
-			}
-		}
-		md.Metadata = meta.AppendTo(nil)
-		as := kmsg.NewConsumerMemberAssignment()
-		as.Version = 3
-		for _, tps := range m.Assignment {
-			if t, ok := im.ByID(tps.Topic); ok {
-				at := kmsg.NewConsumerMemberAssignmentTopic()
-				at.Topic, at.Partitions = t.Name, tps.Partitions
-				as.Topics = append(as.Topics, at)
-			}
-		}
-		md.Assignment = as.AppendTo(nil)
-		out.Members = append(out.Members, md)
-	}
-	return out
 }

@@ -519,9 +519,8 @@ func (c *Coordinator) Describe(groupID string) (group.Description, error) {
 			return group.Description{}, err
 		}
 		if s.consumer != nil {
-			d := s.consumer.describeClassic()
 			s.mu.Unlock()
-			return d, nil
+			return group.Description{}, ErrNotClassicGroup
 		}
 		if s.member != nil && (!s.member.empty() || s.member.generation() > 0) {
 			d := s.member.core.Describe()
