@@ -25,8 +25,8 @@ func describeConsumerGroup(t *testing.T, cl *kgo.Client, g string) kmsg.Consumer
 }
 
 // TestConsumerProtocolGroupSharesPartitionsAndResumes: franz-go members in
-// KIP-848 mode (ServerSideBalancer) share a topic through the coordinator's
-// assignment, every partition owned once; the group is listed and
+// KIP-848 mode (ServerSideBalancer, asking for the range assignor) share a
+// topic through the coordinator's assignment, every partition owned once; the group is listed and
 // described as a consumer group; classic JoinGroup is refused while it has
 // members; its commits are read back; and its state survives a broker
 // restart (the same epochs and members, from the group's file).
@@ -40,7 +40,7 @@ func TestConsumerProtocolGroupSharesPartitionsAndResumes(t *testing.T) {
 	members := make([]*kgo.Client, 3)
 	for i := range members {
 		members[i] = client(t, b, kgo.ConsumerGroup("k1"), kgo.ConsumeTopics("kt"),
-			kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.ServerSideBalancer(),
+			kgo.Balancers(kgo.RangeBalancer()), kgo.ServerSideBalancer(),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(),
 			kgo.HeartbeatInterval(200*time.Millisecond), kgo.ClientID(fmt.Sprintf("k-%d", i)))
 	}
@@ -75,8 +75,8 @@ func TestConsumerProtocolGroupSharesPartitionsAndResumes(t *testing.T) {
 		described = d
 		return nil
 	})
-	if described.AssignorName != "uniform" {
-		t.Errorf("assignor %q, want uniform (franz-go's sticky balancer asks for it)", described.AssignorName)
+	if described.AssignorName != "range" {
+		t.Errorf("assignor %q, want range (franz-go's range balancer asks for it; uniform is the default)", described.AssignorName)
 	}
 
 	// DescribeGroups (the classic API) answers as Kafka 4.4 does for a

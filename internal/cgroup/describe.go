@@ -24,13 +24,15 @@ type CommitCheck struct {
 // it). tps are the partitions being committed; the answer holds an error
 // only for those that fail.
 func (g *Group) CheckCommit(in CommitCheck, tps []TP) (Code, map[TP]Code) {
-	if in.MemberEpoch < 0 && in.MemberID == "" {
+	switch {
+	case in.Transactional && in.MemberID == "" && in.MemberEpoch < 0 && (in.InstanceID == nil || *in.InstanceID == ""):
+		// A transactional producer without the group's metadata (v0-2, or
+		// sendOffsetsToTransaction with a group id only): not checked.
+		return ErrNone, nil
+	case in.MemberEpoch < 0 && len(g.members) == 0:
 		// An admin or a consumer outside group management: only while
 		// nobody is in the group.
-		if len(g.members) == 0 {
-			return ErrNone, nil
-		}
-		return ErrUnknownMemberID, nil
+		return ErrNone, nil
 	}
 	m := g.members[in.MemberID]
 	if m == nil {
@@ -231,6 +233,11 @@ func (g *Group) Restore(now time.Time, s Snapshot) error {
 		m := &member{id: ms.ID, instanceID: ms.InstanceID, rackID: ms.RackID, clientID: ms.ClientID, clientHost: ms.ClientHost,
 			epoch: ms.Epoch, prevEpoch: ms.PrevEpoch, state: ms.State, rebalanceTimeout: time.Duration(ms.RebalanceTimeout) * time.Millisecond,
 			names: ms.Names, regex: ms.Regex, assignor: ms.Assignor, assigned: map[TP]int32{}}
+		re, err := compileWhole(ms.Regex)
+		if err != nil {
+			return errRestore("member " + ms.ID + ": regex: " + err.Error())
+		}
+		m.re = re
 		for _, a := range ms.Assigned {
 			if len(a.Epochs) != len(a.Partitions) {
 				return errRestore("assigned partitions and epochs differ in length")

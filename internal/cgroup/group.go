@@ -41,9 +41,10 @@ type member struct {
 	epoch, prevEpoch       int32
 	state                  MemberState
 	rebalanceTimeout       time.Duration
-	names                  []string // subscribed topic names (sorted), nil if by regex
-	regex                  string   // subscribed regular expression, "" if by names
-	assignor               string   // the member's ServerAssignor, "" for the default
+	names                  []string       // subscribed topic names (sorted)
+	regex                  string         // subscribed regular expression, "" if none
+	re                     *regexp.Regexp // regex compiled to match whole names
+	assignor               string         // the member's ServerAssignor, "" for the default
 	// assigned maps each partition the member owns to the epoch at which it
 	// was assigned to it (KIP-1251).
 	assigned map[TP]int32
@@ -195,24 +196,28 @@ func (g *Group) bump(out *Output, why string) {
 }
 
 // subscribed returns the topic names member m subscribes to in im.
+// subscribed returns the topic names member m subscribes to in im: its
+// names and, when it has a regex, every topic whose whole name the regex
+// matches (as Java's Matcher.matches does), internal topics aside.
 func subscribed(m *member, im *Image) []string {
-	if m.regex == "" {
+	if m.re == nil || im == nil {
 		return m.names
 	}
-	re, err := regexp.Compile(m.regex)
-	if err != nil || im == nil {
-		return nil
-	}
-	var out []string
+	out := slices.Clone(m.names)
 	for _, n := range im.names {
-		if isInternal(n) {
-			continue
-		}
-		if loc := re.FindStringIndex(n); loc != nil && loc[0] == 0 && loc[1] == len(n) {
+		if !isInternal(n) && m.re.MatchString(n) && !slices.Contains(m.names, n) {
 			out = append(out, n)
 		}
 	}
 	return out
+}
+
+// compileWhole compiles a subscription regex to match whole topic names.
+func compileWhole(expr string) (*regexp.Regexp, error) {
+	if expr == "" {
+		return nil, nil
+	}
+	return regexp.Compile("^(?:" + expr + ")$")
 }
 
 // isInternal: topics no subscription ever matches by regex.
@@ -328,13 +333,17 @@ func (g *Group) reconcile(m *member, owned map[TP]struct{}, now time.Time) bool 
 				return false
 			}
 		}
+		// Revoked: the member moves on one epoch (at most to the target)
+		// even if it must now revoke more.
+		return g.nextAssignment(m, owned, now, min(m.epoch+1, g.targetEpoch))
 	case UnreleasedPartitions:
 	}
-	return g.nextAssignment(m, owned, now)
+	return g.nextAssignment(m, owned, now, m.epoch)
 }
 
-// nextAssignment is Kafka's CurrentAssignmentBuilder.computeNextAssignment.
-func (g *Group) nextAssignment(m *member, owned map[TP]struct{}, now time.Time) bool {
+// nextAssignment is Kafka's CurrentAssignmentBuilder.computeNextAssignment:
+// epoch is the member's epoch should it have to revoke partitions.
+func (g *Group) nextAssignment(m *member, owned map[TP]struct{}, now time.Time, epoch int32) bool {
 	target := g.target[m.id]
 	keep := map[TP]int32{}
 	revoke := map[TP]struct{}{}
@@ -355,9 +364,11 @@ func (g *Group) nextAssignment(m *member, owned map[TP]struct{}, now time.Time) 
 	changed := false
 	if len(revoke) > 0 && ownsRevoked {
 		m.assigned, m.revoking, m.state = keep, revoke, UnrevokedPartitions
-		if m.revokingDeadline.IsZero() {
-			m.revokingDeadline = now.Add(m.rebalanceTimeout)
+		if epoch != m.epoch {
+			m.prevEpoch, m.epoch = m.epoch, epoch
 		}
+		// Each revocation gets the member's whole rebalance timeout.
+		m.revokingDeadline = now.Add(m.rebalanceTimeout)
 		return true
 	}
 	if len(revoke) > 0 {

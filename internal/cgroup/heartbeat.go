@@ -161,7 +161,7 @@ func (g *Group) memberFor(now time.Time, in HeartbeatInput, out *Output) (*membe
 			// A member that missed the answer that moved it on retries with
 			// its previous epoch: accepted while it owns no partition it no
 			// longer has.
-			ok := in.MemberEpoch == m.prevEpoch && in.OwnedSent
+			ok := in.MemberEpoch == m.prevEpoch && in.MemberEpoch < m.epoch && in.OwnedSent
 			if ok {
 				for tp := range flat(in.OwnedTopicPartitions) {
 					if _, has := m.assigned[tp]; !has {
@@ -251,21 +251,18 @@ func (g *Group) update(m *member, in HeartbeatInput) bool {
 	if in.ClientHost != "" {
 		m.clientHost = in.ClientHost
 	}
+	// The subscription is the names and the regex together; a field left
+	// null keeps its value.
 	if in.SubscribedTopicNames != nil {
 		names := sortedCopy(in.SubscribedTopicNames)
-		if !slices.Equal(names, m.names) || m.regex != "" && in.SubscribedTopicRegex == nil {
+		if !slices.Equal(names, m.names) {
 			changed = true
 		}
 		m.names = names
-		if in.SubscribedTopicRegex == nil {
-			m.regex = ""
-		}
 	}
 	if in.SubscribedTopicRegex != nil && *in.SubscribedTopicRegex != m.regex {
 		m.regex, changed = *in.SubscribedTopicRegex, true
-		if m.regex != "" && in.SubscribedTopicNames == nil {
-			m.names = nil
-		}
+		m.re, _ = compileWhole(m.regex) // validated
 	}
 	if in.ServerAssignor != nil && *in.ServerAssignor != m.assignor {
 		m.assignor, changed = *in.ServerAssignor, true

@@ -1,9 +1,11 @@
 package cgroup
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -175,8 +177,16 @@ func randomRun(t *testing.T, seed uint64) {
 		default:
 			what = "move"
 			snap := f.g.Snapshot()
+			data, err := json.Marshal(snap) // as the group's file holds it
+			if err != nil {
+				t.Fatal(err)
+			}
+			var read Snapshot
+			if err := json.Unmarshal(data, &read); err != nil {
+				t.Fatal(err)
+			}
 			g2 := New("g", f.g.cfg)
-			if err := g2.Restore(f.now, snap); err != nil {
+			if err := g2.Restore(f.now, read); err != nil {
 				t.Fatal(err)
 			}
 			if got := g2.Snapshot(); !sameSnapshot(got, snap) {
@@ -232,7 +242,10 @@ func sameSnapshot(a, b Snapshot) bool {
 		mb := gb.members[id]
 		if mb == nil || ma.epoch != mb.epoch || ma.prevEpoch != mb.prevEpoch || ma.state != mb.state ||
 			!maps.Equal(ma.assigned, mb.assigned) || !maps.Equal(ma.revoking, mb.revoking) ||
-			!maps.Equal(ga.target[id], gb.target[id]) || ma.instanceID != mb.instanceID {
+			!maps.Equal(ga.target[id], gb.target[id]) || ma.instanceID != mb.instanceID ||
+			!slices.Equal(ma.names, mb.names) || ma.regex != mb.regex || ma.assignor != mb.assignor ||
+			ma.rebalanceTimeout != mb.rebalanceTimeout || ma.rackID != mb.rackID ||
+			ma.clientID != mb.clientID || ma.clientHost != mb.clientHost {
 			return false
 		}
 	}

@@ -447,3 +447,83 @@ func TestSnapshotRestoreContinuesTheEpochs(t *testing.T) {
 		t.Fatalf("revocation finished at the new owner: %+v", r1)
 	}
 }
+
+// TestRegexMatchesWholeNamesAndAddsToNames: a regex matches a topic when it
+// matches its whole name, whichever branch does (Go's leftmost-first match
+// of "a|ab" stops at "a"); names and regex together are the subscription.
+func TestRegexMatchesWholeNamesAndAddsToNames(t *testing.T) {
+	f := newFixture(t)
+	f.im = NewImage(Topic{"a", topicA, 1}, Topic{"ab", topicB, 2}, Topic{"c", topicC, 4})
+	in := f.joinIn("m-a", "c")
+	in.SubscribedTopicRegex = ptr("a|ab")
+	r := f.ok(in)
+	if count(r.Assignment) != 7 {
+		t.Fatalf("names c and regex a|ab: %v, want all 7 partitions", r.Assignment)
+	}
+}
+
+// TestSecondRevocationMovesTheEpochOn: a member that revoked what it was
+// asked to and must now revoke more moves one epoch on (Kafka's
+// CurrentAssignmentBuilder), so that a late commit with its older epoch
+// for the partition it gave up is refused; and each revocation gets the
+// whole rebalance timeout.
+func TestSecondRevocationMovesTheEpochOn(t *testing.T) {
+	f := newFixture(t)
+	r1 := f.ok(f.joinIn("m-a", "a"))                        // epoch 1, all six
+	f.ok(f.joinIn("m-b", "a"))                              // target 2: m-a must give up three
+	r1 = f.ok(steady("m-a", r1.MemberEpoch, r1.Assignment)) // revoking, epoch 1
+	if f.g.members["m-a"].state != UnrevokedPartitions {
+		t.Fatal("setup: m-a not revoking")
+	}
+	f.now = f.now.Add(8 * time.Second)
+	f.ok(f.joinIn("m-c", "a")) // target 3: m-a must give up one more
+	gaveUp := map[TP]bool{}
+	for tp := range f.g.members["m-a"].revoking {
+		gaveUp[tp] = true
+	}
+	r1 = f.ok(steady("m-a", 1, r1.Assignment)) // revoked the first three
+	m := f.g.members["m-a"]
+	if m.state != UnrevokedPartitions || m.epoch != 2 {
+		t.Fatalf("after the first revocation: %v at epoch %d, want revoking again at epoch 2", m.state, m.epoch)
+	}
+	if !m.revokingDeadline.Equal(f.now.Add(10 * time.Second)) {
+		t.Fatalf("second revocation deadline %v, want a whole rebalance timeout from now", m.revokingDeadline)
+	}
+	for tp := range gaveUp {
+		if _, bad := f.g.CheckCommit(CommitCheck{MemberID: "m-a", MemberEpoch: 1, Version: 9}, []TP{tp}); bad[tp] != ErrStaleMemberEpoch {
+			t.Fatalf("late commit of given-up %v with epoch 1: %v", tp, bad)
+		}
+	}
+}
+
+// TestPreviousEpochOnlyBelowTheCurrent: the previous-epoch grace is for a
+// member behind its epoch; a static member back from -2 with its old epoch
+// is fenced.
+func TestPreviousEpochOnlyBelowTheCurrent(t *testing.T) {
+	f := newFixture(t)
+	in := f.joinIn("m-a", "a")
+	in.InstanceID = ptr("i-1")
+	r := f.ok(in)
+	if res := f.ok(withInstance(HeartbeatInput{Version: 1, MemberID: "m-a", MemberEpoch: StaticLeaveEpoch, RebalanceTimeoutMs: -1}, "i-1")); res.MemberEpoch != StaticLeaveEpoch {
+		t.Fatalf("static leave: %+v", res)
+	}
+	if res := f.hb(withInstance(steady("m-a", r.MemberEpoch, r.Assignment), "i-1")); res.Err != ErrFencedMemberEpoch {
+		t.Fatalf("a late heartbeat with the epoch before the static leave: %v", res.Err)
+	}
+}
+
+// TestTransactionalCommitWithoutGroupMetadata: TxnOffsetCommit v0-2, or a
+// producer given only the group id, is not checked (Kafka does the same);
+// any commit with a negative epoch passes while the group is Empty.
+func TestTransactionalCommitWithoutGroupMetadata(t *testing.T) {
+	f := newFixture(t)
+	f.ok(f.joinIn("m-a", "a"))
+	tp := TP{topicA, 0}
+	if code, bad := f.g.CheckCommit(CommitCheck{MemberEpoch: -1, Transactional: true}, []TP{tp}); code != ErrNone || bad != nil {
+		t.Fatalf("transactional commit without metadata: %v %v", code, bad)
+	}
+	f.ok(HeartbeatInput{Version: 1, MemberID: "m-a", MemberEpoch: LeaveEpoch, RebalanceTimeoutMs: -1})
+	if code, _ := f.g.CheckCommit(CommitCheck{MemberID: "gone", MemberEpoch: -1, Version: 9}, []TP{tp}); code != ErrNone {
+		t.Fatalf("commit with epoch -1 to an Empty group: %v", code)
+	}
+}

@@ -25,6 +25,18 @@ type consumerGroup struct {
 	core  *cgroup.Group
 	timer *time.Timer
 	at    time.Time // the deadline timer is armed for
+	// barrier is closed once the last write queued for the group has
+	// landed or failed and its outcome is recorded; nil when none is in
+	// flight. Every answer waits behind the writes queued before it, so no
+	// client learns a state that is not durable.
+	barrier chan struct{}
+	// broken: a write failed, so the state in memory may be ahead of the
+	// file. Nothing more is answered from it; once the writes in flight are
+	// done it is dropped and the next request loads the file (never
+	// earlier: a write still queued may land after a reload). brokenErr is
+	// the failure (a lost ownership answers NOT_COORDINATOR).
+	broken    bool
+	brokenErr error
 }
 
 // SetTopics gives the coordinator the topics consumer groups assign (the
@@ -152,33 +164,51 @@ func (g *consumerGroup) fire() {
 	s := g.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.gone || s.consumer != g {
+	if s.gone || s.consumer != g || g.broken || g.c.closed.Load() {
 		return
 	}
 	g.timer, g.at = nil, time.Time{}
 	if wait := g.apply(g.core.Expire(g.c.cfg.Now(), g.c.image())); wait != nil {
-		g.c.bg.Add(1)
-		go func() {
-			defer g.c.bg.Done()
-			if err := wait(context.Background()); err != nil {
-				g.failed(err)
-			}
-		}()
+		g.queue(wait)
 	}
 }
 
-// failed: a write of the group's state failed; the state in memory is ahead
-// of the file, so it is dropped and the next request loads the file again.
-func (g *consumerGroup) failed(err error) {
-	s := g.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.gone || s.consumer != g {
-		return
-	}
-	g.c.log.Warn("consumer group state not recorded; reloading it from the volume", "group", s.id, "err", err)
-	g.stop()
-	s.consumer, s.loaded = nil, false
+// queue chains a write (nil: none, only the wait for earlier ones) after
+// the writes in flight and returns the channel closed once it and every
+// earlier one is done. A write is never withdrawn (it waits with
+// context.Background, whatever becomes of the request that asked for it).
+// Called with s.mu held.
+func (g *consumerGroup) queue(wait func(context.Context) error) <-chan struct{} {
+	prev := g.barrier
+	done := make(chan struct{})
+	g.barrier = done
+	g.c.bg.Add(1)
+	go func() {
+		defer g.c.bg.Done()
+		if prev != nil {
+			<-prev
+		}
+		var err error
+		if wait != nil {
+			err = wait(context.Background())
+		}
+		s := g.s
+		s.mu.Lock()
+		if err != nil && !g.broken {
+			g.broken, g.brokenErr = true, storeErr(s.id, err)
+			g.c.log.Warn("consumer group state not recorded; reloading it from the volume once the writes in flight are done", "group", s.id, "err", err)
+		}
+		if g.barrier == done {
+			g.barrier = nil
+			if g.broken && s.consumer == g && !s.gone {
+				g.stop()
+				s.consumer, s.loaded = nil, false
+			}
+		}
+		s.mu.Unlock()
+		close(done)
+	}()
+	return done
 }
 
 func (g *consumerGroup) stop() {
@@ -211,19 +241,44 @@ func (c *Coordinator) ConsumerHeartbeat(ctx context.Context, groupID string, in 
 		s.mu.Unlock()
 		return cgroup.HeartbeatResult{}, ErrNotConsumerGroup
 	}
-	if s.consumer == nil {
-		s.dropClassic() // an Empty classic group becomes a consumer group
-		s.consumer = c.newConsumer(s)
-	}
 	g := s.consumer
+	if g != nil && g.broken {
+		err := g.brokenErr
+		s.mu.Unlock()
+		return cgroup.HeartbeatResult{}, err
+	}
+	fresh := g == nil
+	if fresh {
+		g = c.newConsumer(s)
+	}
 	res, out := g.core.Heartbeat(c.cfg.Now(), c.image(), in)
-	wait := g.apply(out)
-	s.mu.Unlock()
-	if wait != nil {
-		if err := wait(ctx); err != nil {
-			g.failed(err)
-			return cgroup.HeartbeatResult{}, storeErr(groupID, err)
+	if fresh {
+		if !out.Persist { // refused: nothing was created
+			s.mu.Unlock()
+			return res, nil
 		}
+		s.dropClassic() // an Empty classic group becomes a consumer group
+		s.consumer = g
+	}
+	wait := g.apply(out)
+	var done <-chan struct{}
+	if wait != nil || g.barrier != nil {
+		done = g.queue(wait)
+	}
+	s.mu.Unlock()
+	if done == nil {
+		return res, nil
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return cgroup.HeartbeatResult{}, ctx.Err() // the write goes on; nobody is waiting for this answer
+	}
+	s.mu.Lock()
+	broken, err := g.broken, g.brokenErr
+	s.mu.Unlock()
+	if broken {
+		return cgroup.HeartbeatResult{}, err
 	}
 	return res, nil
 }

@@ -96,6 +96,8 @@ type Coordinator struct {
 
 	// topicsFn returns the topics consumer groups assign (SetTopics).
 	topicsFn atomic.Pointer[func() *cgroup.Image]
+	// closed: Close began; deadline timers do nothing.
+	closed atomic.Bool
 
 	// bg counts the goroutines that deliver answers held behind membership
 	// writes; Close waits for them.
@@ -143,6 +145,23 @@ func OpenStandalone(dataDir string, cfg Config) (*Coordinator, error) {
 // Close closes the offsets store when this coordinator opened it
 // (OpenStandalone); a store given in Config is its giver's to close.
 func (c *Coordinator) Close() error {
+	// Deadline timers fire no more: a firing that already holds its
+	// group's lock has queued its write (waited for below) when the lock
+	// is taken here.
+	c.closed.Store(true)
+	c.mu.Lock()
+	shells := make([]*shell, 0, len(c.groups))
+	for _, s := range c.groups {
+		shells = append(shells, s)
+	}
+	c.mu.Unlock()
+	for _, s := range shells {
+		s.mu.Lock()
+		if s.consumer != nil {
+			s.consumer.stop()
+		}
+		s.mu.Unlock()
+	}
 	c.bg.Wait()
 	if !c.ownStore {
 		return nil
