@@ -42,8 +42,7 @@ func (b *Broker) handleConsumerGroupHeartbeat(ctx context.Context, c *conn, req 
 		if msg != "" {
 			resp.ErrorMessage = &msg
 		}
-		resp.MemberEpoch = -1
-		return now(resp)
+		return now(resp) // member epoch 0 and no member id, as Kafka answers errors
 	}
 	if r.Group == "" {
 		return fail(kerr.InvalidGroupID, "GroupId can't be empty.")
