@@ -7,6 +7,7 @@ import (
 	"regexp/syntax"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -83,20 +84,9 @@ func (g *Group) validate(in HeartbeatInput) (Code, string) {
 		}
 	}
 	if in.ServerAssignor != nil && *in.ServerAssignor != "" && !slices.Contains(g.cfg.Assignors, *in.ServerAssignor) {
-		return ErrUnsupportedAssignor, "ServerAssignor " + *in.ServerAssignor + " is not supported. Supported assignors: " + join(g.cfg.Assignors) + "."
+		return ErrUnsupportedAssignor, "ServerAssignor " + *in.ServerAssignor + " is not supported. Supported assignors: " + strings.Join(g.cfg.Assignors, ", ") + "."
 	}
 	return ErrNone, ""
-}
-
-func join(s []string) string {
-	out := ""
-	for i, x := range s {
-		if i > 0 {
-			out += ", "
-		}
-		out += x
-	}
-	return out
 }
 
 // Heartbeat serves one ConsumerGroupHeartbeat.
