@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -60,8 +59,8 @@ func (consumer848Goal) Run(ctx context.Context, env *Env) ([]Row, error) {
 			return f, err
 		}
 		defer closeClients(cls)
-		if err := ensureTopic(ctx, cls[0], c848Topic, c848Partitions); err != nil {
-			return f, fmt.Errorf("%s: %w", t.Name, err)
+		if err := CreateTopic(ctx, t, c848Topic, c848Partitions); err != nil {
+			return f, err
 		}
 		var forms, adds []time.Duration
 		for rep := range rebalanceReps {
@@ -121,18 +120,6 @@ func (consumer848Goal) Run(ctx context.Context, env *Env) ([]Row, error) {
 			ours.rate, peer.rate, RefKfake, 1.0,
 			fmt.Sprintf("%d members each heartbeating back to back for %s, one client each", tput, window)),
 	}, nil
-}
-
-// ensureTopic creates topic with parts partitions unless it exists.
-func ensureTopic(ctx context.Context, cl *kgo.Client, topic string, parts int32) error {
-	resp, err := kadm.NewClient(cl).CreateTopic(ctx, parts, 1, nil, topic)
-	if err != nil {
-		return err
-	}
-	if resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
-		return resp.Err
-	}
-	return nil
 }
 
 // c848Run drives the members of one KIP-848 group, one client each.

@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"slices"
 	"time"
 )
 
@@ -115,14 +116,7 @@ func (g *Group) SubscribedTopics(im *Image) []string {
 // Subscribed reports whether a member subscribes to topic (OffsetDelete's
 // GROUP_SUBSCRIBED_TO_TOPIC).
 func (g *Group) Subscribed(topic string, im *Image) bool {
-	for _, m := range g.members {
-		for _, n := range subscribed(m, im) {
-			if n == topic {
-				return true
-			}
-		}
-	}
-	return false
+	return slices.Contains(g.SubscribedTopics(im), topic)
 }
 
 // MemberDescription is one member in ConsumerGroupDescribe.

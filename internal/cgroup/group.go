@@ -228,16 +228,7 @@ func isInternal(name string) bool {
 // subscriptionHash hashes the subscribed topics as im shows them: a topic
 // created, deleted or grown changes it.
 func (g *Group) subscriptionHash(im *Image) uint64 {
-	seen := map[string]bool{}
-	for _, m := range g.members {
-		for _, n := range subscribed(m, im) {
-			seen[n] = true
-		}
-	}
-	names := make([]string, 0, len(seen))
-	for n := range seen {
-		names = append(names, n)
-	}
+	names := g.SubscribedTopics(im)
 	sort.Strings(names)
 	h := fnv.New64a()
 	for _, n := range names {
