@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,8 +15,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kaas-dev/kaas/internal/broker"
 	"github.com/kaas-dev/kaas/internal/cluster"
 	"github.com/kaas-dev/kaas/internal/fsutil"
+	"github.com/kaas-dev/kaas/internal/node"
 	"github.com/kaas-dev/kaas/internal/testutil"
 )
 
@@ -310,5 +313,44 @@ func TestBrokerFilesLiveUnderCluster(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(c.Dir, "__cluster", p)); err != nil {
 			t.Errorf("%s: %v", p, err)
 		}
+	}
+}
+
+// A second process started with the id of a live broker must refuse to
+// start and disturb nothing: before, it started, both processes reported
+// as kaas-0, the controller role flapped and the live broker was drained
+// when the intruder stopped.
+func TestSecondBrokerWithALiveIDIsRefused(t *testing.T) {
+	c := Start(t, Options{Brokers: 2})
+	before := current(c)
+	if before == nil {
+		t.Fatal("no assignment")
+	}
+	bc := broker.Config{ID: 0, DataDir: c.Dir, Listen: "127.0.0.1:0", Logger: Logger(t)}
+	n, err := node.Start(node.Config{Broker: bc, ReportInterval: c.opts.ReportInterval,
+		DeadAfter: c.opts.DeadAfter, PollInterval: c.opts.PollInterval, ReadyTimeout: 10 * time.Second})
+	if err == nil {
+		n.Kill()
+		t.Fatal("a second broker with the id kaas-0 started beside the live one")
+	}
+	if !strings.Contains(err.Error(), "kaas-0 is already running") {
+		t.Fatalf("refusal does not say why: %v", err)
+	}
+	t.Logf("refused: %v", err)
+	// Nothing moved: the same controller epoch, kaas-0 alive and leading
+	// what it led, for several dead-after periods.
+	time.Sleep(3 * c.opts.DeadAfter)
+	after := current(c)
+	if after.ControllerEpoch != before.ControllerEpoch {
+		t.Fatalf("controller epoch %d -> %d after the refused start", before.ControllerEpoch, after.ControllerEpoch)
+	}
+	for _, b := range after.Brokers {
+		if b.Health != cluster.Alive {
+			t.Fatalf("broker %s is %s after the refused start", b.ID, b.Health)
+		}
+	}
+	cl := client(t, c)
+	if _, err := kadm.NewClient(cl).ListBrokers(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
