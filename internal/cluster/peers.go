@@ -100,6 +100,7 @@ func listenPeers(me, addr, host string, timeout time.Duration, log *slog.Logger)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+reportRoute, p.handleReport)
 	mux.HandleFunc("GET "+assignmentRoute, p.handleAssignment)
+	mux.HandleFunc("GET "+statusRoute, p.handleStatus)
 	p.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	return p, nil
@@ -139,6 +140,11 @@ func (p *peers) handleReport(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	p.receive(rep)
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(p.status())
+}
+
+func (p *peers) handleStatus(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(p.status())
 }

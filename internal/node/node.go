@@ -83,6 +83,11 @@ func Start(cfg Config) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	// Nothing is opened on the volume while another process runs as
+	// this broker: its partitions and groups are that process's.
+	if err := cluster.CheckNotRunning(context.Background(), nil, bc.DataDir, Name(bc.ID), cfg.ReportInterval, cfg.DeadAfter); err != nil {
+		return nil, err
+	}
 	store, err := offsets.Open(offsets.Options{Dir: volume.OffsetsDir(bc.DataDir), Logger: log})
 	if err != nil {
 		return nil, err
