@@ -18,6 +18,10 @@ command -v kcat >/dev/null 2>&1 || need+=(kcat)
 # node and npm run the kafkajs client (the suite installs kafkajs itself).
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
+# A JDK and Maven build and run the Java client drivers (internal/conformance/java)
+# and Apache Kafka's own tools (scripts/kafka-reference.sh fetch).
+command -v javac >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null 2>&1 || need+=(maven)
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
   if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi

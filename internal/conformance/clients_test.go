@@ -63,6 +63,11 @@ var drivers = []driver{
 	{name: "confluent-kafka-python-848", consumer848: true, need: needConfluentVenv, start: startConfluent848},
 	{name: "kcat", quiesce: true, need: needKcat, start: startKcat},
 	{name: "kafkajs", need: needKafkajs, start: startKafkajs},
+	// Apache Kafka's Java client 4.4 (java/, built by the suite with
+	// Maven): the classic protocol with its default assignors, and
+	// group.protocol=consumer (KIP-848).
+	{name: "java", need: needJava, start: startJava("classic")},
+	{name: "java-848", consumer848: true, need: needJava, start: startJava("consumer")},
 }
 
 func noNeed(*testing.T) {}
@@ -595,4 +600,79 @@ func startKafkajs(r *run, id int, _ string) (member, error) {
 	}
 	return startProc(r, id, []string{"NODE_PATH=" + filepath.Join(dir, "node_modules")},
 		"node", "-e", kafkajsMember, "--", strings.Join(r.c.addrs(), ","), topic, r.group, fmt.Sprintf("kafkajs-%d", id))
+}
+
+// ---- the Java client ----
+
+var (
+	javaOnce sync.Once
+	javaCP   string
+	javaErr  error
+)
+
+// javaClasspath builds the Maven module in java/ (the member and the pinned
+// kafka-clients) into internal/conformance/.cache/java, once; a second run
+// whose jar is newer than the module's sources finds it there.
+func javaClasspath() (string, error) {
+	javaOnce.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		mod := filepath.Join(filepath.Dir(file), "java")
+		build := filepath.Join(filepath.Dir(file), ".cache", "java")
+		jar := filepath.Join(build, "conformance-java.jar")
+		javaCP = jar + string(os.PathListSeparator) + filepath.Join(build, "lib", "*")
+		if fresh(jar, filepath.Join(mod, "pom.xml"), filepath.Join(mod, "src", "main", "java", "dev", "kaas", "conformance", "Member.java")) {
+			return
+		}
+		for _, tool := range []string{"java", "mvn"} {
+			if _, err := exec.LookPath(tool); err != nil {
+				javaErr = err
+				return
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "mvn", "-q", "-B", "-f", filepath.Join(mod, "pom.xml"), "package",
+			"dependency:copy-dependencies", "-DincludeScope=runtime", "-DoutputDirectory="+filepath.Join(build, "lib"))
+		if b, err := cmd.CombinedOutput(); err != nil {
+			javaErr = fmt.Errorf("mvn package (internal/conformance/java): %v\n%s", err, b)
+		}
+	})
+	return javaCP, javaErr
+}
+
+// fresh: target exists and is newer than every source.
+func fresh(target string, sources ...string) bool {
+	ti, err := os.Stat(target)
+	if err != nil {
+		return false
+	}
+	for _, s := range sources {
+		si, err := os.Stat(s)
+		if err != nil || si.ModTime().After(ti.ModTime()) {
+			return false
+		}
+	}
+	return true
+}
+
+func needJava(t *testing.T) {
+	if _, err := javaClasspath(); err != nil {
+		missing(t, "the Java driver (a JDK and Maven)", err)
+	}
+}
+
+// startJava runs dev.kaas.conformance.Member (java/): poll, print, commit
+// synchronously; SIGTERM commits, leaves and exits. A small heap and the
+// client compiler: members start in about a second on 2 cores.
+func startJava(protocol string) func(r *run, id int, slot string) (member, error) {
+	return func(r *run, id int, _ string) (member, error) {
+		cp, err := javaClasspath()
+		if err != nil {
+			return nil, err
+		}
+		return startProc(r, id, nil, "java", "-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+			"-Dorg.slf4j.simpleLogger.showDateTime=true", "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+			"-cp", cp, "dev.kaas.conformance.Member",
+			strings.Join(r.c.addrs(), ","), topic, r.group, fmt.Sprintf("java-%d", id), protocol)
+	}
 }

@@ -3,7 +3,9 @@
 // (internal/proctest) and drives consumer groups with every client of
 // ../shared/clients.md — franz-go (eager range, cooperative-sticky, static
 // membership), sarama, segmentio kafka-go, kafka-python,
-// confluent-kafka-python, kcat -G and kafkajs — through membership changes
+// confluent-kafka-python, kcat -G, kafkajs and the Java KafkaConsumer, with
+// the KIP-848 consumer protocol too where the client speaks it — through
+// membership changes
 // and broker failures: kill -9 of the group's coordinator, a rolling SIGTERM
 // restart, kill -9 of the controller, and a SIGSTOP beyond the liveness
 // timeout.

@@ -812,8 +812,8 @@ type scenario struct {
 }
 
 var scenarios = []scenario{
-	{name: "membership", run: membership, quick: []string{"franz-go-cooperative", "kafka-python", "kcat"}},
-	{name: "coordinator-kill9", run: coordinatorKill, quick: []string{"franz-go-range", "confluent-kafka-python"}},
+	{name: "membership", run: membership, quick: []string{"franz-go-cooperative", "kafka-python", "kcat", "java"}},
+	{name: "coordinator-kill9", run: coordinatorKill, quick: []string{"franz-go-range", "confluent-kafka-python", "java-848"}},
 	{name: "rolling-sigterm", run: rollingRestart},
 	{name: "controller-kill9", run: controllerKill},
 	{name: "sigstop-coordinator", run: sigstop, quick: []string{"franz-go-static"}},
