@@ -32,6 +32,11 @@ fi
 log "go modules"
 go mod download
 
+# Apache Kafka's jars (Maven, once): its command-line tools run against kaas in
+# internal/kafkatools.
+log "Apache Kafka's tools"
+scripts/kafka-reference.sh fetch
+
 log "gofmt"
 unformatted=$(gofmt -l ./cmd ./internal)
 if [ -n "$unformatted" ]; then

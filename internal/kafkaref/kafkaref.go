@@ -193,3 +193,30 @@ func Controller(ctx context.Context, cl *kgo.Client) (int32, error) {
 	}
 	return qp.LeaderID, nil
 }
+
+// Tool runs one of Kafka's command-line tools by its main class (the class
+// the distribution's script runs: kafka-topics.sh is
+// org.apache.kafka.tools.TopicCommand) with stdin, and returns what it
+// printed on standard output. A non-zero exit is an error carrying both
+// outputs. The JVM is sized for a 2-core machine: a small heap and the
+// client compiler, so a tool answers in about a second.
+func Tool(ctx context.Context, stdin, class string, args ...string) (string, error) {
+	if err := Available(); err != nil {
+		return "", err
+	}
+	cp, err := exec.CommandContext(ctx, "bash", script(), "classpath").Output()
+	if err != nil {
+		return "", fmt.Errorf("kafkaref: classpath: %w", err)
+	}
+	argv := append([]string{"-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+		"-cp", strings.TrimSpace(string(cp)), class}, args...)
+	cmd := exec.CommandContext(ctx, "java", argv...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("kafkaref: %s %s: %w\nstdout:\n%s\nstderr:\n%s",
+			class, strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.String(), nil
+}
