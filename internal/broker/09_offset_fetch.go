@@ -5,6 +5,8 @@ package broker
 // group that does not exist, answers offset -1 without an error (what the
 // Apache coordinator answers). require_stable (v7+) answers
 // UNSTABLE_OFFSET_COMMIT for partitions with pending transactional offsets.
+// v9 (KIP-848) names the asking member and its epoch: for a consumer group
+// they must be current (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH for the group).
 
 import (
 	"context"
@@ -98,7 +100,13 @@ func (b *Broker) handleOffsetFetch(_ context.Context, c *conn, req wire.Request)
 			for _, t := range rg.Topics {
 				topics = append(topics, kmsg.OffsetFetchRequestTopic{Topic: t.Topic, Partitions: t.Partitions})
 			}
-			rows, e := b.fetchGroupOffsets(rg.Group, topics, rg.Topics == nil, r.RequireStable)
+			var rows []fetchedPartition
+			var e *kerr.Error
+			if err := b.coord.CheckFetch(rg.Group, rg.MemberID, rg.MemberEpoch); err != nil {
+				e = coordError(err)
+			} else {
+				rows, e = b.fetchGroupOffsets(rg.Group, topics, rg.Topics == nil, r.RequireStable)
+			}
 			if e != nil {
 				g.ErrorCode = e.Code
 			}

@@ -210,6 +210,41 @@ func TestConsumerGroupHeartbeatErrors(t *testing.T) {
 	if code := commit(1); code != 0 {
 		t.Fatalf("commit with the member's epoch: %d", code)
 	}
+	// OffsetFetch v9 names the member and its epoch: checked as Kafka does
+	// (a request naming nobody, as an admin's, passes).
+	fetch := func(member *string, epoch int32) (int16, int64) {
+		r := kmsg.NewPtrOffsetFetchRequest()
+		r.Version = 9
+		g := kmsg.NewOffsetFetchRequestGroup()
+		g.Group, g.MemberID, g.MemberEpoch = "ke-g", member, epoch
+		g.Topics = []kmsg.OffsetFetchRequestGroupTopic{{Topic: "ke", Partitions: []int32{0}}}
+		r.Groups = append(r.Groups, g)
+		resp, err := r.RequestWith(context.Background(), cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rg := resp.Groups[0]
+		if rg.ErrorCode != 0 {
+			return rg.ErrorCode, -1
+		}
+		return 0, rg.Topics[0].Partitions[0].Offset
+	}
+	for _, c := range []struct {
+		name   string
+		member *string
+		epoch  int32
+		code   int16
+	}{
+		{"the member at its epoch", kmsg.StringPtr("member-1"), 1, 0},
+		{"an admin (no member)", nil, -1, 0},
+		{"a stale epoch", kmsg.StringPtr("member-1"), 0, kerr.StaleMemberEpoch.Code},
+		{"a stranger", kmsg.StringPtr("member-x"), 1, kerr.UnknownMemberID.Code},
+	} {
+		code, off := fetch(c.member, c.epoch)
+		if code != c.code || (code == 0 && off != 1) {
+			t.Errorf("OffsetFetch v9 by %s: error %d, offset %d; want error %d (offset 1)", c.name, code, off, c.code)
+		}
+	}
 	if resp := hb(func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.MemberEpoch = -1 }); resp.ErrorCode != 0 || resp.MemberEpoch != -1 {
 		t.Fatalf("leave: %+v", resp)
 	}

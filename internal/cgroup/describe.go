@@ -73,14 +73,19 @@ func (g *Group) CheckCommit(in CommitCheck, tps []TP) (Code, map[TP]Code) {
 	return ErrNone, bad
 }
 
-// CheckFetch is the membership gate of OffsetFetch v9+ with a member id and
-// epoch: STALE_MEMBER_EPOCH for a stale epoch, UNKNOWN_MEMBER_ID for a
-// stranger.
-func (g *Group) CheckFetch(memberID string, epoch int32) Code {
-	if memberID == "" && epoch < 0 {
+// CheckFetch is the membership gate of OffsetFetch v9+: a request with no
+// member id (null) and a negative epoch comes from an admin client or a
+// consumer outside group management and passes; otherwise the member must
+// exist (UNKNOWN_MEMBER_ID; an empty id names nobody) and be at its current
+// epoch (STALE_MEMBER_EPOCH).
+func (g *Group) CheckFetch(memberID *string, epoch int32) Code {
+	if memberID == nil && epoch < 0 {
 		return ErrNone
 	}
-	m := g.members[memberID]
+	var m *member
+	if memberID != nil {
+		m = g.members[*memberID]
+	}
 	if m == nil {
 		return ErrUnknownMemberID
 	}

@@ -426,6 +426,35 @@ func TestCommitEpochs(t *testing.T) {
 	}
 }
 
+// TestFetchEpochs: OffsetFetch v9 passes the member at its current epoch
+// and a request that names no member; a stranger, an empty id and any
+// other epoch fail.
+func TestFetchEpochs(t *testing.T) {
+	f := newFixture(t)
+	r := f.ok(f.joinIn("m-a", "a"))
+	f.ok(steady("m-a", r.MemberEpoch, r.Assignment))
+	id := func(s string) *string { return &s }
+	epoch := f.g.members["m-a"].epoch
+	for _, c := range []struct {
+		name   string
+		member *string
+		epoch  int32
+		want   Code
+	}{
+		{"current epoch", id("m-a"), epoch, ErrNone},
+		{"no member (admin)", nil, -1, ErrNone},
+		{"older epoch", id("m-a"), epoch - 1, ErrStaleMemberEpoch},
+		{"newer epoch", id("m-a"), epoch + 1, ErrStaleMemberEpoch},
+		{"stranger", id("zz"), epoch, ErrUnknownMemberID},
+		{"empty id", id(""), -1, ErrUnknownMemberID},
+		{"epoch without a member", nil, epoch, ErrUnknownMemberID},
+	} {
+		if got := f.g.CheckFetch(c.member, c.epoch); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 func TestSnapshotRestoreContinuesTheEpochs(t *testing.T) {
 	f := newFixture(t)
 	r1 := f.ok(f.joinIn("m-a", "a", "b"))

@@ -342,3 +342,36 @@ func (c *Coordinator) checkConsumerCommit(s *shell, in group.CommitCheck, versio
 	}
 	return refused, nil
 }
+
+// CheckFetch is OffsetFetch v9's member gate (KIP-848): a request naming a
+// member, or an epoch, of a consumer group must come from a member at its
+// current epoch (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH otherwise). A
+// request with neither (an admin client, a classic consumer) and any
+// request for a classic group pass, as on Kafka.
+func (c *Coordinator) CheckFetch(groupID string, memberID *string, epoch int32) error {
+	if memberID == nil && epoch < 0 {
+		return nil
+	}
+	if err := c.check(groupID); err != nil {
+		return err
+	}
+	exists, err := c.store.Exists(groupID)
+	if err != nil {
+		return storeErr(groupID, err)
+	}
+	if !exists && c.resident(groupID) == nil {
+		return nil // no group: nothing to check against, offsets are -1
+	}
+	s, err := c.lockLoaded(groupID)
+	if err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	if s.consumer == nil {
+		return nil
+	}
+	if code := s.consumer.core.CheckFetch(memberID, epoch); code != cgroup.ErrNone {
+		return CodeError(code)
+	}
+	return nil
+}
