@@ -17,42 +17,42 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/alecthomas/kong"
+
 	"github.com/kaas-dev/kaas/internal/bench"
 	"github.com/kaas-dev/kaas/internal/cliflag"
 )
 
+// benchCmd is `kaas-bench`: flags → bench.Config → bench.Run, then the
+// table to stdout and the report files to --out. Every flag also reads
+// KAAS_<FLAG>.
+type benchCmd struct {
+	Version     kong.VersionFlag `env:"-" help:"Print the version and exit."`
+	Goals       string           `name:"goals" help:"Comma-separated goals to run (default all: ${goals})."`
+	Duration    time.Duration    `name:"duration" default:"5s" help:"How long each throughput measurement runs."`
+	Concurrency string           `name:"concurrency" default:"1,8,64" help:"Comma-separated producer counts."`
+	Out         string           `name:"out" default:"docs/bench" help:"Directory for REPORT.md and bench.png (empty: none)."`
+	DataDir     string           `name:"data-dir" help:"A directory on the volume under test (default: the system temp dir)."`
+	CompareDir  string           `name:"compare-data-dir" help:"A directory on a second volume: the goals bound to the data dir (${volumegoals}) run there too, reported beside."`
+	NoTmpfs     bool             `name:"no-tmpfs" help:"Skip the kaas-on-tmpfs target."`
+	CPUProfile  string           `name:"cpuprofile" help:"Write a CPU profile of the whole run to this file (go tool pprof)."`
+	cliflag.Log `embed:""`
+}
+
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	var c benchCmd
+	cliflag.Parse(&c, "kaas-bench", "Every performance goal of docs/bench/README.md as a ratio against kfake or the raw limits, in one run.",
+		os.Args[1:], kong.Vars{"goals": strings.Join(bench.GoalNames(), ","), "volumegoals": strings.Join(bench.VolumeGoals, ",")})
+	if err := c.run(); err != nil {
 		fmt.Fprintln(os.Stderr, "kaas-bench:", err)
 		os.Exit(1)
 	}
 }
 
-// run is `kaas-bench`: flags → bench.Config → bench.Run, then the table to
-// stdout and the report files to --out. Every flag also reads KAAS_<FLAG>.
-func run(args []string) error {
-	fs := cliflag.New("kaas-bench")
-	var (
-		goals, concurrency, out, dataDir string
-		compareDir                       string
-		cpuProfile                       string
-		duration                         time.Duration
-		noTmpfs                          bool
-		logFlags                         cliflag.Log
-	)
-	fs.StringVar(&goals, "goals", "", "comma-separated goals to run (default all: "+strings.Join(bench.GoalNames(), ",")+")")
-	fs.DurationVar(&duration, "duration", 5*time.Second, "how long each throughput measurement runs")
-	fs.StringVar(&concurrency, "concurrency", "1,8,64", "comma-separated producer counts")
-	fs.StringVar(&out, "out", "docs/bench", "directory for REPORT.md and bench.png (empty: none)")
-	fs.StringVar(&dataDir, "data-dir", "", "a directory on the volume under test (default: the system temp dir)")
-	fs.StringVar(&compareDir, "compare-data-dir", "", "a directory on a second volume: the goals bound to the data dir ("+strings.Join(bench.VolumeGoals, ",")+") run there too, reported beside")
-	fs.BoolVar(&noTmpfs, "no-tmpfs", false, "skip the kaas-on-tmpfs target")
-	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
-	logFlags.Register(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	log, err := logFlags.Logger()
+func (c *benchCmd) run() error {
+	goals, concurrency, out, dataDir, compareDir, cpuProfile, duration, noTmpfs :=
+		c.Goals, c.Concurrency, c.Out, c.DataDir, c.CompareDir, c.CPUProfile, c.Duration, c.NoTmpfs
+	log, err := c.Logger()
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kaas-dev/kaas/internal/broker"
-	"github.com/kaas-dev/kaas/internal/cliflag"
 	"github.com/kaas-dev/kaas/internal/cluster"
 	"github.com/kaas-dev/kaas/internal/cluster/k8slease"
 	"github.com/kaas-dev/kaas/internal/node"
@@ -25,9 +24,9 @@ const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/n
 
 // electionFlags chooses the controller-election backend.
 type electionFlags struct {
-	backend        electionBackend
-	leaseName      string
-	leaseNamespace string
+	Backend        string `name:"election" enum:"file,kubernetes" default:"file" help:"Controller election: file (a lock on the shared volume) or kubernetes (a coordination.k8s.io Lease)."`
+	LeaseName      string `name:"lease-name" default:"kaas-controller" help:"Name of the Lease used by --election kubernetes."`
+	LeaseNamespace string `name:"lease-namespace" help:"Namespace of the Lease (default: the pod's own namespace, else default)."`
 
 	// One API client for every broker of the process (kaas dev starts
 	// several concurrently); guarded by mu.
@@ -35,33 +34,12 @@ type electionFlags struct {
 	client kubernetes.Interface
 }
 
-// electionBackend is the --election value, checked when it is parsed.
-type electionBackend string
-
-func (b *electionBackend) String() string { return string(*b) }
-
-func (b *electionBackend) Set(v string) error {
-	switch v {
-	case "file", "kubernetes":
-		*b = electionBackend(v)
-		return nil
-	}
-	return fmt.Errorf("want file or kubernetes, not %q", v)
-}
-
-func (f *electionFlags) register(fs cliflag.Set) {
-	f.backend = "file"
-	fs.Var(&f.backend, "election", "controller election: file (a lock on the shared volume) or kubernetes (a coordination.k8s.io Lease)")
-	fs.StringVar(&f.leaseName, "lease-name", "kaas-controller", "name of the Lease used by --election kubernetes")
-	fs.StringVar(&f.leaseNamespace, "lease-namespace", "", "namespace of the Lease (default: the pod's own namespace, else \"default\")")
-}
-
 // elector returns broker bc's Elector; nil selects the runtime's default
 // FileElector. With --election kubernetes outside a cluster (or without a
 // service-account token) the process cannot elect at all, so it exits here
 // with the reason rather than run a broker that can never be controller.
 func (f *electionFlags) elector(bc broker.Config, ttl time.Duration) cluster.Elector {
-	if f.backend != "kubernetes" {
+	if f.Backend != "kubernetes" {
 		return nil
 	}
 	e, err := f.leaseElector(bc, ttl)
@@ -87,8 +65,8 @@ func (f *electionFlags) leaseElector(bc broker.Config, ttl time.Duration) (*k8sl
 	assignment := volume.AssignmentPath(bc.DataDir)
 	return k8slease.New(k8slease.Options{
 		Leases:    client.CoordinationV1(),
-		Namespace: leaseNamespace(f.leaseNamespace),
-		Name:      f.leaseName,
+		Namespace: leaseNamespace(f.LeaseNamespace),
+		Name:      f.LeaseName,
 		Identity:  node.Name(bc.ID),
 		TTL:       ttl,
 		Logger:    log,

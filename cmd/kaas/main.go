@@ -1,18 +1,21 @@
 // Command kaas runs kaas brokers: `kaas broker` runs one broker, `kaas dev`
-// a local cluster on one folder. Flags → Config → Run; no logic here.
+// a local cluster on one folder, `kaas remove-broker` drops a broker for
+// good. Flags (kong) → Config → Run; no logic here.
 package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/alecthomas/kong"
 
 	"github.com/kaas-dev/kaas/internal/broker"
 	"github.com/kaas-dev/kaas/internal/cgroup"
@@ -21,140 +24,167 @@ import (
 	"github.com/kaas-dev/kaas/internal/node"
 )
 
+// cli is the command line: one command per job. Every flag also reads
+// KAAS_<FLAG> from the environment (cliflag.Options).
+type cli struct {
+	Version      kong.VersionFlag `env:"-" help:"Print the version and exit."`
+	Broker       brokerCmd        `cmd:"" help:"Run one broker on the shared volume."`
+	Dev          devCmd           `cmd:"" help:"Run a local cluster: several brokers on one folder (the shared volume)."`
+	RemoveBroker removeBrokerCmd  `cmd:"" name:"remove-broker" help:"Ask the controller to drop a broker from the cluster for good."`
+}
+
 func main() {
-	if len(os.Args) < 2 {
-		usage()
-		os.Exit(2)
-	}
-	var err error
-	switch os.Args[1] {
-	case "broker":
-		err = runBroker(os.Args[2:])
-	case "dev":
-		err = runDev(os.Args[2:])
-	case "remove-broker":
-		err = runRemoveBroker(os.Args[2:])
-	case "-h", "--help", "help":
-		usage()
-		return
-	default:
-		fmt.Fprintf(os.Stderr, "kaas: unknown command %q\n", os.Args[1])
-		usage()
-		os.Exit(2)
-	}
-	if err != nil {
+	var c cli
+	ctx := cliflag.Parse(&c, "kaas", "A Kafka-compatible broker cluster whose brokers share one storage volume.", os.Args[1:])
+	if err := ctx.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "kaas:", err)
 		os.Exit(1)
 	}
 }
 
-func usage() {
-	fmt.Fprint(os.Stderr, `usage:
-  kaas broker --id N --data-dir DIR --listen HOST:PORT [--advertise HOST:PORT]
-  kaas dev [--brokers 3] [--data-dir DIR] [--port 9092]
-  kaas remove-broker --data-dir DIR --id kaas-N
-Run 'kaas <command> -h' for the flags; every flag also reads KAAS_<FLAG> from
-the environment (upper case, '-' as '_'), e.g. KAAS_DATA_DIR.
-`)
-}
-
+// commonFlags are the flags of every command that runs brokers.
 type commonFlags struct {
-	log                cliflag.Log
-	autoCreate         bool
-	defaultPartitions  int
-	maxFrame           int
-	reportInterval     time.Duration
-	rebalanceDelay     time.Duration
-	minSession         time.Duration
-	maxSession         time.Duration
-	maxGroupSize       int
-	consumerHeartbeat  time.Duration
-	consumerSession    time.Duration
-	consumerMaxSize    int
-	offsetsRetention   time.Duration
-	offsetsCheck       time.Duration
-	maxConns           int
-	maxConnsPerIP      int
-	connsMaxIdle       time.Duration
-	requestReadTimeout time.Duration
-	queuedMaxBytes     int64
-	deadAfter          time.Duration
-	stallLimit         time.Duration
-	election           electionFlags // elector.go
+	cliflag.Log `embed:""`
+
+	AutoCreate         bool          `name:"auto-create-topics" help:"Create unknown topics on Metadata and Produce (auto.create.topics.enable)."`
+	DefaultPartitions  int           `name:"default-partitions" default:"1" help:"Partitions of auto-created topics and of CreateTopics with -1 (num.partitions)."`
+	MaxFrame           int           `name:"max-frame-bytes" default:"104857600" help:"Largest request frame accepted (socket.request.max.bytes)."`
+	ReportInterval     time.Duration `name:"report-interval" default:"1s" help:"How often a broker reports liveness."`
+	RebalanceDelay     time.Duration `name:"group-initial-rebalance-delay" default:"3s" help:"Initial rebalance delay of an empty group, 0 allowed (group.initial.rebalance.delay.ms)."`
+	MinSession         time.Duration `name:"group-min-session-timeout" default:"6s" help:"Smallest session timeout a member may ask for (group.min.session.timeout.ms)."`
+	MaxSession         time.Duration `name:"group-max-session-timeout" default:"30m" help:"Largest session timeout a member may ask for (group.max.session.timeout.ms)."`
+	MaxGroupSize       int           `name:"group-max-size" default:"0" help:"Most members in one group, 0 unlimited (group.max.size)."`
+	ConsumerHeartbeat  time.Duration `name:"group-consumer-heartbeat-interval" default:"5s" help:"Heartbeat interval of consumer-protocol (KIP-848) members (group.consumer.heartbeat.interval.ms)."`
+	ConsumerSession    time.Duration `name:"group-consumer-session-timeout" default:"45s" help:"Session timeout of consumer-protocol (KIP-848) members (group.consumer.session.timeout.ms)."`
+	ConsumerMaxSize    int           `name:"group-consumer-max-size" default:"0" help:"Most members in one consumer-protocol group, 0 unlimited (group.consumer.max.size)."`
+	OffsetsRetention   time.Duration `name:"offsets-retention" default:"168h" help:"Committed offsets expire this long after their group became empty (offsets.retention.minutes, KIP-211)."`
+	OffsetsCheck       time.Duration `name:"offsets-retention-check-interval" default:"10m" help:"How often committed offsets are checked for expiry (offsets.retention.check.interval.ms)."`
+	MaxConns           int           `name:"max-connections" default:"0" help:"Connections beyond it are closed at accept, 0 for 3/4 of the open-file limit (max.connections)."`
+	MaxConnsPerIP      int           `name:"max-connections-per-ip" default:"0" help:"Connections from one address beyond it are closed, 0 unlimited (max.connections.per.ip)."`
+	ConnsMaxIdle       time.Duration `name:"connections-max-idle" default:"10m" help:"Close a connection with no request for this long (connections.max.idle.ms)."`
+	RequestReadTimeout time.Duration `name:"request-read-timeout" default:"30s" help:"The bytes of one request must all arrive within this once its size is read."`
+	QueuedMaxBytes     int64         `name:"queued-max-request-bytes" default:"0" help:"Request bytes read and not yet answered over all connections, 0 for twice --max-frame-bytes (queued.max.request.bytes)."`
+	DeadAfter          time.Duration `name:"dead-after" default:"3s" help:"A broker whose reports stop for this long is dead."`
+	StallLimit         time.Duration `name:"volume-stall-limit" default:"15s" help:"How long a broker stays alive while its cluster loop waits on the volume (a network file system's stall); after it, its reports stop."`
+
+	Election electionFlags `embed:""` // elector.go
 }
 
-func (c *commonFlags) register(fs cliflag.Set) {
-	c.log.Register(fs)
-	fs.BoolVar(&c.autoCreate, "auto-create-topics", false, "create unknown topics on Metadata and Produce")
-	fs.IntVar(&c.defaultPartitions, "default-partitions", 1, "partitions of auto-created topics and of CreateTopics with -1")
-	fs.IntVar(&c.maxFrame, "max-frame-bytes", 100<<20, "largest request frame accepted")
-	fs.DurationVar(&c.reportInterval, "report-interval", time.Second, "how often a broker reports liveness")
-	fs.DurationVar(&c.rebalanceDelay, "group-initial-rebalance-delay", 3*time.Second, "initial rebalance delay of an empty group (0 allowed)")
-	fs.DurationVar(&c.minSession, "group-min-session-timeout", 6*time.Second, "smallest session timeout a member may ask for")
-	fs.DurationVar(&c.maxSession, "group-max-session-timeout", 30*time.Minute, "largest session timeout a member may ask for")
-	fs.IntVar(&c.maxGroupSize, "group-max-size", 0, "most members in one group (0: unlimited)")
-	fs.DurationVar(&c.consumerHeartbeat, "group-consumer-heartbeat-interval", 5*time.Second, "heartbeat interval of consumer-protocol (KIP-848) members (group.consumer.heartbeat.interval.ms)")
-	fs.DurationVar(&c.consumerSession, "group-consumer-session-timeout", 45*time.Second, "session timeout of consumer-protocol (KIP-848) members (group.consumer.session.timeout.ms)")
-	fs.IntVar(&c.consumerMaxSize, "group-consumer-max-size", 0, "most members in one consumer-protocol group (group.consumer.max.size; 0: unlimited)")
-	fs.DurationVar(&c.offsetsRetention, "offsets-retention", 7*24*time.Hour, "committed offsets expire this long after their group became empty (KIP-211)")
-	fs.DurationVar(&c.offsetsCheck, "offsets-retention-check-interval", 10*time.Minute, "how often committed offsets are checked for expiry (offsets.retention.check.interval.ms)")
-	fs.IntVar(&c.maxConns, "max-connections", 0, "max.connections: connections beyond it are closed at accept (0: 3/4 of the open-file limit)")
-	fs.IntVar(&c.maxConnsPerIP, "max-connections-per-ip", 0, "max.connections.per.ip (0: unlimited)")
-	fs.DurationVar(&c.connsMaxIdle, "connections-max-idle", 10*time.Minute, "connections.max.idle.ms: close a connection with no request for this long")
-	fs.DurationVar(&c.requestReadTimeout, "request-read-timeout", 30*time.Second, "the bytes of one request must all arrive within this once its size is read")
-	fs.Int64Var(&c.queuedMaxBytes, "queued-max-request-bytes", 0, "queued.max.request.bytes: request bytes read and not yet answered, all connections (0: 2 × --max-frame-bytes)")
-	fs.DurationVar(&c.deadAfter, "dead-after", 3*time.Second, "a broker whose reports stop for this long is dead")
-	fs.DurationVar(&c.stallLimit, "volume-stall-limit", 15*time.Second, "how long a broker stays alive while its cluster loop waits on the volume (a network file system's stall); after it, its reports stop")
-	c.election.register(fs)
+// validate refuses values a broker cannot run with, naming the fix.
+func (c *commonFlags) validate() error {
+	if c.DefaultPartitions < 1 {
+		return fmt.Errorf("--default-partitions %d: a topic needs at least 1 partition", c.DefaultPartitions)
+	}
+	if c.MaxFrame < 1<<10 {
+		return fmt.Errorf("--max-frame-bytes %d: too small for any request; Kafka's default is 104857600", c.MaxFrame)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--report-interval", c.ReportInterval}, {"--dead-after", c.DeadAfter}, {"--volume-stall-limit", c.StallLimit},
+		{"--group-min-session-timeout", c.MinSession}, {"--group-max-session-timeout", c.MaxSession},
+		{"--group-consumer-heartbeat-interval", c.ConsumerHeartbeat}, {"--group-consumer-session-timeout", c.ConsumerSession},
+		{"--offsets-retention", c.OffsetsRetention}, {"--offsets-retention-check-interval", c.OffsetsCheck},
+		{"--connections-max-idle", c.ConnsMaxIdle}, {"--request-read-timeout", c.RequestReadTimeout}} {
+		if d.v <= 0 {
+			return fmt.Errorf("%s %v: must be more than 0", d.name, d.v)
+		}
+	}
+	if c.RebalanceDelay < 0 {
+		return fmt.Errorf("--group-initial-rebalance-delay %v: must not be negative", c.RebalanceDelay)
+	}
+	if c.DeadAfter <= c.ReportInterval {
+		return fmt.Errorf("--dead-after %v must be longer than --report-interval %v, or every broker is declared dead between two reports", c.DeadAfter, c.ReportInterval)
+	}
+	if c.MinSession > c.MaxSession {
+		return fmt.Errorf("--group-min-session-timeout %v is above --group-max-session-timeout %v", c.MinSession, c.MaxSession)
+	}
+	for _, n := range []struct {
+		name string
+		v    int
+	}{{"--group-max-size", c.MaxGroupSize}, {"--group-consumer-max-size", c.ConsumerMaxSize},
+		{"--max-connections", c.MaxConns}, {"--max-connections-per-ip", c.MaxConnsPerIP}} {
+		if n.v < 0 {
+			return fmt.Errorf("%s %d: must be 0 (unlimited or the default) or more", n.name, n.v)
+		}
+	}
+	if c.QueuedMaxBytes < 0 {
+		return fmt.Errorf("--queued-max-request-bytes %d: must be 0 (the default) or more", c.QueuedMaxBytes)
+	}
+	return nil
 }
 
-func (c *commonFlags) logger() (*slog.Logger, error) { return c.log.Logger() }
+func (c *commonFlags) logger() (*slog.Logger, error) { return c.Log.Logger() }
 
 func (c *commonFlags) config(id int32, dataDir, listen, advertise string, log *slog.Logger) broker.Config {
 	return broker.Config{
 		ID: id, DataDir: dataDir, Listen: listen, Advertise: advertise,
-		AutoCreateTopics:  c.autoCreate,
-		DefaultPartitions: int32(c.defaultPartitions),
-		MaxFrame:          int32(c.maxFrame),
+		AutoCreateTopics:  c.AutoCreate,
+		DefaultPartitions: int32(c.DefaultPartitions),
+		MaxFrame:          int32(c.MaxFrame),
 		Logger:            log,
 
-		OffsetsRetentionCheck: c.offsetsCheck,
-		MaxConnections:        c.maxConns,
-		MaxConnectionsPerIP:   c.maxConnsPerIP,
-		ConnectionsMaxIdle:    c.connsMaxIdle,
-		RequestReadTimeout:    c.requestReadTimeout,
-		QueuedMaxRequestBytes: c.queuedMaxBytes,
+		OffsetsRetentionCheck: c.OffsetsCheck,
+		MaxConnections:        c.MaxConns,
+		MaxConnectionsPerIP:   c.MaxConnsPerIP,
+		ConnectionsMaxIdle:    c.ConnsMaxIdle,
+		RequestReadTimeout:    c.RequestReadTimeout,
+		QueuedMaxRequestBytes: c.QueuedMaxBytes,
 	}
 }
 
-func runBroker(args []string) error {
-	fs := cliflag.New("broker")
-	var (
-		id                                        int
-		dataDir, listen, advertise, clusterListen string
-		common                                    commonFlags
-	)
-	fs.IntVar(&id, "id", -1, "broker node id (required, >= 0); the broker is kaas-<id> in assignment.json")
-	fs.StringVar(&dataDir, "data-dir", "", "the shared volume (required)")
-	fs.StringVar(&listen, "listen", "127.0.0.1:9092", "address to listen on")
-	fs.StringVar(&advertise, "advertise", "", "address clients are told (default: the listen address)")
-	fs.StringVar(&clusterListen, "cluster-listen", "", "address of the cluster listener, where the other brokers send liveness reports (default: the listen host, any port)")
-	common.register(fs)
-	if err := fs.Parse(args); err != nil {
+// brokerCmd runs one broker: kaas-<id> in assignment.json.
+type brokerCmd struct {
+	ID            int    `name:"id" required:"" help:"Broker node id (>= 0); the broker is kaas-<id> in assignment.json."`
+	DataDir       string `name:"data-dir" required:"" help:"The shared volume."`
+	Listen        string `name:"listen" default:"127.0.0.1:9092" help:"Address to listen on for Kafka clients."`
+	Advertise     string `name:"advertise" help:"Address clients are told to connect to (default: the listen address)."`
+	ClusterListen string `name:"cluster-listen" help:"Address of the cluster listener, where the other brokers send liveness reports (default: the listen host, any port)."`
+	commonFlags
+}
+
+// Validate: kong calls it after parsing.
+func (b *brokerCmd) Validate() error {
+	if b.ID < 0 || b.ID > 1<<30 {
+		return fmt.Errorf("--id %d: want a node id from 0 to %d", b.ID, 1<<30)
+	}
+	if err := checkAdvertised(b.Listen, b.Advertise); err != nil {
 		return err
 	}
-	if id < 0 || id > 1<<30 {
-		return errors.New("--id is required (a node id >= 0)")
+	return b.validate()
+}
+
+// checkAdvertised refuses to tell clients an address they cannot connect
+// to: an unspecified host (0.0.0.0, ::) listens everywhere but names no
+// machine.
+func checkAdvertised(listen, advertise string) error {
+	flag, addr := "--advertise", advertise
+	if addr == "" {
+		flag, addr = "--listen", listen
 	}
-	if dataDir == "" {
-		return errors.New("--data-dir is required")
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s %q: want host:port (%v)", flag, addr, err)
 	}
-	log, err := common.logger()
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("%s %q: bad port", flag, addr)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		if flag == "--listen" {
+			return fmt.Errorf("--listen %q listens on every address, so it cannot be what clients are told: add --advertise with the host:port clients reach this broker at", addr)
+		}
+		return fmt.Errorf("--advertise %q: clients cannot connect to an unspecified address; give the host:port they reach this broker at", addr)
+	}
+	return nil
+}
+
+func (b *brokerCmd) Run() error {
+	log, err := b.logger()
 	if err != nil {
 		return err
 	}
-	nc := common.nodeConfig(common.config(int32(id), dataDir, listen, advertise, log))
-	nc.ClusterListen = clusterListen
+	nc := b.nodeConfig(b.config(int32(b.ID), b.DataDir, b.Listen, b.Advertise, log))
+	nc.ClusterListen = b.ClusterListen
 	n, err := node.Start(nc)
 	if err != nil {
 		return err
@@ -162,24 +192,27 @@ func runBroker(args []string) error {
 	return serveUntilSignal(log, n)
 }
 
-func runDev(args []string) error {
-	fs := cliflag.New("dev")
-	var (
-		dataDir string
-		port    int
-		brokers int
-		common  commonFlags
-	)
-	fs.StringVar(&dataDir, "data-dir", "./kaas-data", "the local folder that plays the shared volume")
-	fs.IntVar(&port, "port", 9092, "port of the first broker; the others take the next ports")
-	fs.IntVar(&brokers, "brokers", 3, "how many brokers to run")
-	common.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
+// devCmd runs a local cluster in one process.
+type devCmd struct {
+	DataDir string `name:"data-dir" default:"./kaas-data" help:"The local folder that plays the shared volume."`
+	Port    int    `name:"port" default:"9092" help:"Port of the first broker; the others take the next ports."`
+	Brokers int    `name:"brokers" default:"3" help:"How many brokers to run (1..64)."`
+	commonFlags
+}
+
+// Validate: kong calls it after parsing.
+func (d *devCmd) Validate() error {
+	if d.Brokers < 1 || d.Brokers > 64 {
+		return fmt.Errorf("--brokers %d: want 1..64", d.Brokers)
 	}
-	if brokers < 1 || brokers > 64 {
-		return errors.New("--brokers must be 1..64")
+	if d.Port < 1 || d.Port+d.Brokers-1 > 65535 {
+		return fmt.Errorf("--port %d: the %d brokers need ports %d..%d", d.Port, d.Brokers, d.Port, d.Port+d.Brokers-1)
 	}
+	return d.validate()
+}
+
+func (d *devCmd) Run() error {
+	dataDir, port, brokers, common := d.DataDir, d.Port, d.Brokers, &d.commonFlags
 	log, err := common.logger()
 	if err != nil {
 		return err
@@ -219,7 +252,8 @@ func runDev(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	<-ctx.Done()
-	log.Info("shutting down")
+	stop() // a second Ctrl-C ends the process at once
+	log.Info("shutting down: draining the brokers (Ctrl-C again to exit at once)")
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var err1 error
@@ -234,12 +268,12 @@ func runDev(args []string) error {
 // nodeConfig adds the cluster timings to a broker config.
 func (c *commonFlags) nodeConfig(bc broker.Config) node.Config {
 	gc := group.DefaultConfig()
-	gc.InitialRebalanceDelay = c.rebalanceDelay
-	gc.MinSessionTimeout, gc.MaxSessionTimeout, gc.MaxSize = c.minSession, c.maxSession, c.maxGroupSize
+	gc.InitialRebalanceDelay = c.RebalanceDelay
+	gc.MinSessionTimeout, gc.MaxSessionTimeout, gc.MaxSize = c.MinSession, c.MaxSession, c.MaxGroupSize
 	cc := cgroup.DefaultConfig()
-	cc.HeartbeatInterval, cc.SessionTimeout, cc.MaxSize = c.consumerHeartbeat, c.consumerSession, c.consumerMaxSize
-	return node.Config{Broker: bc, ReportInterval: c.reportInterval, DeadAfter: c.deadAfter, StallLimit: c.stallLimit,
-		Group: &gc, Consumer: &cc, OffsetsRetention: c.offsetsRetention, Elector: c.election.elector(bc, c.deadAfter)}
+	cc.HeartbeatInterval, cc.SessionTimeout, cc.MaxSize = c.ConsumerHeartbeat, c.ConsumerSession, c.ConsumerMaxSize
+	return node.Config{Broker: bc, ReportInterval: c.ReportInterval, DeadAfter: c.DeadAfter, StallLimit: c.StallLimit,
+		Group: &gc, Consumer: &cc, OffsetsRetention: c.OffsetsRetention, Elector: c.Election.elector(bc, c.DeadAfter)}
 }
 
 // serveUntilSignal serves until SIGINT/SIGTERM, then drains and stops.
@@ -253,7 +287,8 @@ func serveUntilSignal(log *slog.Logger, n *node.Node) error {
 		return err
 	case <-ctx.Done():
 	}
-	log.Info("shutting down: draining")
+	stop() // a second signal ends the process at once
+	log.Info("shutting down: draining (Ctrl-C again to exit at once)")
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return n.Shutdown(sctx)

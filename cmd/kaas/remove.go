@@ -5,26 +5,21 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/kaas-dev/kaas/internal/cliflag"
 	"github.com/kaas-dev/kaas/internal/cluster"
 	"github.com/kaas-dev/kaas/internal/volume"
 )
 
-// runRemoveBroker asks the controller to drop a broker's row from
+// removeBrokerCmd asks the controller to drop a broker's row from
 // assignment.json: the on-purpose removal of a broker from the cluster. The
 // controller drops the row once the broker is not alive (dead, or drained
 // and stopped); until then the request waits on the volume.
-func runRemoveBroker(args []string) error {
-	fs := cliflag.New("remove-broker")
-	var dataDir, id string
-	fs.StringVar(&dataDir, "data-dir", "", "the shared volume (required)")
-	fs.StringVar(&id, "id", "", "the broker to remove: kaas-N, or N (required)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if dataDir == "" || id == "" {
-		return errors.New("--data-dir and --id are required")
-	}
+type removeBrokerCmd struct {
+	DataDir string `name:"data-dir" required:"" help:"The shared volume."`
+	ID      string `name:"id" required:"" help:"The broker to remove: kaas-N, or N."`
+}
+
+func (r *removeBrokerCmd) Run() error {
+	dataDir, id := r.DataDir, r.ID
 	if n, err := strconv.ParseInt(id, 10, 32); err == nil && n >= 0 {
 		id = volume.BrokerName(int32(n))
 	}

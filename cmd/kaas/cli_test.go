@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// buildKaas builds this command into a temp dir.
+func buildKaas(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "kaas")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestCommandLine: help and --version exit 0; a bad command line exits 2
+// with a message that names the fix, before anything starts.
+func TestCommandLine(t *testing.T) {
+	bin := buildKaas(t)
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		code int
+		want string // in the combined output
+	}{
+		{[]string{"-h"}, 0, "Commands:"},
+		{[]string{"broker", "-h"}, 0, "--data-dir=STRING"},
+		{[]string{"--version"}, 0, "kaas "},
+		{[]string{"broker", "--id", "0", "--data-dir", dir, "--dead-after", "3"}, 2, `"3" has no unit: use 3s`},
+		{[]string{"broker", "--id", "0", "--data-dir", dir, "--default-partitions", "0"}, 2, "--default-partitions 0: a topic needs at least 1 partition"},
+		{[]string{"broker", "--id", "0", "--data-dir", dir, "--listen", "0.0.0.0:9092"}, 2, "add --advertise"},
+		{[]string{"broker", "--id", "0", "--data-dir", dir, "--listen", "0.0.0.0:9092", "--advertise", "[::]:9092"}, 2, "clients cannot connect to an unspecified address"},
+		{[]string{"broker", "--id", "0", "--data-dir", dir, "--dead-after", "1s", "--report-interval", "1s"}, 2, "must be longer than --report-interval"},
+		{[]string{"broker", "--data-dir", dir}, 2, "missing flags: --id"},
+		{[]string{"dev", "--brokers", "0"}, 2, "--brokers 0: want 1..64"},
+		{[]string{"launch"}, 2, "Run 'kaas --help' for the flags."},
+	} {
+		cmd := exec.Command(bin, c.args...)
+		cmd.Env = []string{"PATH=/usr/bin:/bin"}
+		out, err := cmd.CombinedOutput()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != c.code || !strings.Contains(string(out), c.want) {
+			t.Errorf("kaas %s: exit %d, output:\n%s\nwant exit %d and %q", strings.Join(c.args, " "), code, out, c.code, c.want)
+		}
+	}
+}
+
+// TestSecondInterruptExitsAtOnce: the first Ctrl-C drains, a second one
+// ends the process at once instead of waiting for the drain.
+func TestSecondInterruptExitsAtOnce(t *testing.T) {
+	bin := buildKaas(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(bin, "dev", "--brokers", "2", "--port", fmt.Sprint(port), "--data-dir", t.TempDir())
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "bootstrap servers") {
+				ready <- true
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("kaas dev did not start:\n%s", stderr.String())
+	}
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	time.Sleep(100 * time.Millisecond)
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("kaas dev exited %v after the second Ctrl-C: it finished the drain instead of ending at once\n%s", err, stderr.String())
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGINT {
+		t.Fatalf("kaas dev ended with %v, want the second SIGINT to end it\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "Ctrl-C again to exit at once") {
+		t.Errorf("the first Ctrl-C did not say how to exit at once:\n%s", stderr.String())
+	}
+}
