@@ -610,8 +610,8 @@ var (
 	javaErr  error
 )
 
-// javaClasspath builds the Maven module in java/ (the member and the pinned
-// kafka-clients) into internal/conformance/.cache/java, once; a second run
+// javaClasspath builds the Maven module in java/ (the group member, the
+// transactional ETL and the pinned kafka-clients) into internal/conformance/.cache/java, once; a second run
 // whose jar is newer than the module's sources finds it there.
 func javaClasspath() (string, error) {
 	javaOnce.Do(func() {
@@ -620,7 +620,8 @@ func javaClasspath() (string, error) {
 		build := filepath.Join(filepath.Dir(file), ".cache", "java")
 		jar := filepath.Join(build, "conformance-java.jar")
 		javaCP = jar + string(os.PathListSeparator) + filepath.Join(build, "lib", "*")
-		if fresh(jar, filepath.Join(mod, "pom.xml"), filepath.Join(mod, "src", "main", "java", "dev", "kaas", "conformance", "Member.java")) {
+		sources, _ := filepath.Glob(filepath.Join(mod, "src", "main", "java", "dev", "kaas", "conformance", "*.java"))
+		if fresh(jar, append(sources, filepath.Join(mod, "pom.xml"))...) {
 			return
 		}
 		for _, tool := range []string{"java", "mvn"} {
