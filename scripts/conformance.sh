@@ -6,7 +6,8 @@
 #                cluster (scripts/kafka-reference.sh; fetched with Maven on
 #                first use) instead of kaas
 #   --save       copy the results table to docs/conformance/RESULTS.md, or
-#                with --reference to docs/conformance/RESULTS-kafka-4.4.0.md
+#                with --reference to docs/conformance/RESULTS-kafka-4.4.0.md,
+#                and join the two into docs/conformance/RESULTS-side-by-side.md
 # Output (table, broker and client logs) goes to $KAAS_CONFORMANCE_OUT,
 # default a fresh temp dir printed at the end.
 set -euo pipefail
@@ -41,6 +42,11 @@ if [ -f "$out/RESULTS.md" ]; then
   if [ "$save" = 1 ]; then
     cp "$out/RESULTS.md" "$saved"
     echo "== saved $saved"
+    # kaas beside Kafka, from the two saved tables.
+    if [ -f docs/conformance/RESULTS.md ] && [ -f docs/conformance/RESULTS-kafka-4.4.0.md ]; then
+      go test -count=1 -run 'TestSideBySide$' ./internal/conformance -args -update-side-by-side >/dev/null
+      echo "== saved docs/conformance/RESULTS-side-by-side.md"
+    fi
   fi
 fi
 exit $status

@@ -72,7 +72,7 @@ func TestSecondInterruptExitsAtOnce(t *testing.T) {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	cmd := exec.Command(bin, "dev", "--brokers", "2", "--port", fmt.Sprint(port), "--data-dir", t.TempDir())
+	cmd := exec.Command(bin, "dev", "--brokers", "2", "--port", fmt.Sprint(port), "--admin-port", "0", "--data-dir", t.TempDir())
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()

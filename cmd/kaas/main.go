@@ -31,6 +31,11 @@ type cli struct {
 	Broker       brokerCmd        `cmd:"" help:"Run one broker on the shared volume."`
 	Dev          devCmd           `cmd:"" help:"Run a local cluster: several brokers on one folder (the shared volume)."`
 	RemoveBroker removeBrokerCmd  `cmd:"" name:"remove-broker" help:"Ask the controller to drop a broker from the cluster for good."`
+
+	Topics  topicsCmd  `cmd:"" group:"Admin (any Kafka cluster)" help:"List, describe, create, delete topics and add partitions."`
+	Groups  groupsCmd  `cmd:"" group:"Admin (any Kafka cluster)" help:"List, describe (members, offsets, lag), delete groups, reset and delete their offsets."`
+	Route   routeCmd   `cmd:"" group:"Admin (any Kafka cluster)" help:"Which broker coordinates each group, and why (with --data-dir)."`
+	Cluster clusterCmd `cmd:"" group:"Admin (any Kafka cluster)" help:"The brokers, the controller, and with --data-dir kaas's assignment."`
 }
 
 func main() {
@@ -66,6 +71,7 @@ type commonFlags struct {
 	QueuedMaxBytes     int64         `name:"queued-max-request-bytes" default:"0" help:"Request bytes read and not yet answered over all connections, 0 for twice --max-frame-bytes (queued.max.request.bytes)."`
 	DeadAfter          time.Duration `name:"dead-after" default:"3s" help:"A broker whose reports stop for this long is dead."`
 	StallLimit         time.Duration `name:"volume-stall-limit" default:"15s" help:"How long a broker stays alive while its cluster loop waits on the volume (a network file system's stall); after it, its reports stop."`
+	AdminPprof         bool          `name:"admin-pprof" help:"Serve Go's profiler at /debug/pprof/ on the admin listener."`
 
 	Election electionFlags `embed:""` // elector.go
 }
@@ -140,6 +146,7 @@ type brokerCmd struct {
 	Listen        string `name:"listen" default:"127.0.0.1:9092" help:"Address to listen on for Kafka clients."`
 	Advertise     string `name:"advertise" help:"Address clients are told to connect to (default: the listen address)."`
 	ClusterListen string `name:"cluster-listen" help:"Address of the cluster listener, where the other brokers send liveness reports (default: the listen host, any port)."`
+	AdminListen   string `name:"admin-listen" help:"Address of the HTTP admin listener: /metrics, /healthz, /readyz (default: none)."`
 	commonFlags
 }
 
@@ -184,7 +191,7 @@ func (b *brokerCmd) Run() error {
 		return err
 	}
 	nc := b.nodeConfig(b.config(int32(b.ID), b.DataDir, b.Listen, b.Advertise, log))
-	nc.ClusterListen = b.ClusterListen
+	nc.ClusterListen, nc.AdminListen, nc.AdminPprof = b.ClusterListen, b.AdminListen, b.AdminPprof
 	n, err := node.Start(nc)
 	if err != nil {
 		return err
@@ -194,9 +201,10 @@ func (b *brokerCmd) Run() error {
 
 // devCmd runs a local cluster in one process.
 type devCmd struct {
-	DataDir string `name:"data-dir" default:"./kaas-data" help:"The local folder that plays the shared volume."`
-	Port    int    `name:"port" default:"9092" help:"Port of the first broker; the others take the next ports."`
-	Brokers int    `name:"brokers" default:"3" help:"How many brokers to run (1..64)."`
+	DataDir   string `name:"data-dir" default:"./kaas-data" help:"The local folder that plays the shared volume."`
+	Port      int    `name:"port" default:"9092" help:"Port of the first broker; the others take the next ports."`
+	Brokers   int    `name:"brokers" default:"3" help:"How many brokers to run (1..64)."`
+	AdminPort int    `name:"admin-port" default:"9644" help:"Port of the first broker's HTTP admin listener on 127.0.0.1 (/metrics, /healthz, /readyz); the others take the next ports; 0: none."`
 	commonFlags
 }
 
@@ -207,6 +215,9 @@ func (d *devCmd) Validate() error {
 	}
 	if d.Port < 1 || d.Port+d.Brokers-1 > 65535 {
 		return fmt.Errorf("--port %d: the %d brokers need ports %d..%d", d.Port, d.Brokers, d.Port, d.Port+d.Brokers-1)
+	}
+	if d.AdminPort < 0 || d.AdminPort+d.Brokers-1 > 65535 {
+		return fmt.Errorf("--admin-port %d: the %d brokers need ports %d..%d (0: no admin listener)", d.AdminPort, d.Brokers, d.AdminPort, d.AdminPort+d.Brokers-1)
 	}
 	return d.validate()
 }
@@ -224,7 +235,12 @@ func (d *devCmd) Run() error {
 	for i := range brokers {
 		go func() {
 			addr := "127.0.0.1:" + strconv.Itoa(port+i)
-			n, err := node.Start(common.nodeConfig(common.config(int32(i), dataDir, addr, addr, log)))
+			nc := common.nodeConfig(common.config(int32(i), dataDir, addr, addr, log))
+			if d.AdminPort > 0 {
+				nc.AdminListen = "127.0.0.1:" + strconv.Itoa(d.AdminPort+i)
+			}
+			nc.AdminPprof = common.AdminPprof
+			n, err := node.Start(nc)
 			nodes[i] = n
 			errs <- err
 		}()
@@ -247,10 +263,11 @@ func (d *devCmd) Run() error {
 	for _, n := range nodes {
 		addrs = append(addrs, n.Addr())
 	}
-	fmt.Printf("kaas dev: %d brokers, bootstrap servers %s (data in %s); Ctrl-C stops\n",
-		brokers, strings.Join(addrs, ","), dataDir)
+	// Ctrl-C drains from the moment the banner says it does.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	fmt.Printf("kaas dev: %d brokers, bootstrap servers %s (data in %s); Ctrl-C stops\n",
+		brokers, strings.Join(addrs, ","), dataDir)
 	<-ctx.Done()
 	stop() // a second Ctrl-C ends the process at once
 	log.Info("shutting down: draining the brokers (Ctrl-C again to exit at once)")

@@ -7,6 +7,7 @@ package broker
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -76,6 +77,9 @@ func (b *Broker) handleProduce(_ context.Context, c *conn, req wire.Request) fun
 				continue
 			}
 			sp.BaseOffset, sp.LogAppendTime, sp.LogStartOffset = res.BaseOffset, res.LogAppendTime, res.LogStartOffset
+			if !res.Duplicate {
+				b.cfg.Metrics.Produced(len(rp.Records), int(res.LastOffset-res.BaseOffset+1))
+			}
 			if r.Acks == -1 {
 				toSync = append(toSync, synced{p, sp, cuts})
 			} else {
@@ -99,7 +103,9 @@ func (b *Broker) handleProduce(_ context.Context, c *conn, req wire.Request) fun
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				start := time.Now()
 				err := s.p.log.Sync()
+				b.cfg.Metrics.Durable("log", time.Since(start))
 				if err == nil && s.p.log.Cuts() != s.cuts {
 					err = storage.ErrCut
 				}

@@ -8,6 +8,7 @@ package broker
 
 import (
 	"context"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -133,8 +134,12 @@ func (b *Broker) handleOffsetCommit(ctx context.Context, c *conn, req wire.Reque
 		return rt.Topic, rt.Partitions[p].Partition, &rt.Partitions[p].ErrorCode
 	})
 	return func() kmsg.Response {
+		start := time.Now()
 		if err := wait(ctx); err != nil {
 			fail(err)
+		} else {
+			b.cfg.Metrics.Durable("group", time.Since(start))
+			b.cfg.Metrics.Committed(len(pending))
 		}
 		return resp
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/kaas-dev/kaas/internal/coord"
 	"github.com/kaas-dev/kaas/internal/fsutil"
+	"github.com/kaas-dev/kaas/internal/metrics"
 	"github.com/kaas-dev/kaas/internal/storage"
 	"github.com/kaas-dev/kaas/internal/topics"
 	"github.com/kaas-dev/kaas/internal/txn"
@@ -77,6 +78,9 @@ type Config struct {
 	// Coordinator coordinates consumer groups; required. Its maker (node)
 	// closes it after the broker.
 	Coordinator *coord.Coordinator
+	// Metrics records requests, connections and durable writes; nil
+	// records nothing.
+	Metrics *metrics.Broker
 	// Now is the clock (tests inject); nil is time.Now.
 	Now func() time.Time
 }

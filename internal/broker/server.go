@@ -137,6 +137,7 @@ func (s *server) admit(nc net.Conn) bool {
 				"connections", b.cfg.MaxConnections, "per_ip", b.cfg.MaxConnectionsPerIP)
 		}
 		s.refused++
+		b.cfg.Metrics.Refused(over)
 		return false
 	}
 	if s.refused > 0 {
@@ -148,6 +149,7 @@ func (s *server) admit(nc net.Conn) bool {
 	c.ctx, c.cancel = context.WithCancel(b.ctx)
 	s.conns[c] = struct{}{}
 	s.perIP[ip]++
+	b.cfg.Metrics.Connections(1)
 	s.wg.Add(1)
 	s.mu.Unlock()
 	go c.serve()
@@ -217,6 +219,9 @@ type pending struct {
 	corr   int32
 	finish func() kmsg.Response // nil response: send nothing (acks=0)
 	size   int64                // its bytes held in the server's budget
+	// For the request metrics: the API, its version and when it was read.
+	key, version int16
+	start        time.Time
 }
 
 func (c *conn) stopReading() {
@@ -239,6 +244,7 @@ func (c *conn) serve() {
 	defer func() {
 		c.s.mu.Lock()
 		delete(c.s.conns, c)
+		c.s.b.cfg.Metrics.Connections(-1)
 		if c.s.perIP[c.ip]--; c.s.perIP[c.ip] <= 0 {
 			delete(c.s.perIP, c.ip)
 		}
@@ -282,7 +288,8 @@ func (c *conn) read(out chan<- pending) {
 				resp := apiVersionsResponse(0)
 				resp.ErrorCode = kerr.UnsupportedVersion.Code
 				c.s.budget.Release(size)
-				out <- pending{corr: req.CorrelationID, finish: func() kmsg.Response { return resp }}
+				out <- pending{corr: req.CorrelationID, finish: func() kmsg.Response { return resp },
+					key: req.Key, version: req.Version, start: time.Now()}
 				continue
 			}
 			c.s.budget.Release(size)
@@ -294,9 +301,10 @@ func (c *conn) read(out chan<- pending) {
 			c.log.Warn("closing connection: broker not ready for client traffic", "api", wire.Name(req.Key))
 			return
 		}
+		start := time.Now()
 		finish := b.dispatch(c.ctx, c, req)
 		select {
-		case out <- pending{corr: req.CorrelationID, finish: finish, size: size}:
+		case out <- pending{corr: req.CorrelationID, finish: finish, size: size, key: req.Key, version: req.Version, start: start}:
 		case <-c.ctx.Done():
 			c.s.budget.Release(size)
 			return
@@ -386,6 +394,7 @@ func (c *conn) write(in <-chan pending, done chan<- struct{}) {
 	for p := range in {
 		resp := p.finish()
 		c.s.budget.Release(p.size)
+		c.s.b.cfg.Metrics.Request(p.key, p.version, resp, time.Since(p.start))
 		if resp == nil || broken {
 			continue
 		}

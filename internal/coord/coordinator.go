@@ -15,6 +15,7 @@ import (
 	"github.com/kaas-dev/kaas/internal/cgroup"
 	"github.com/kaas-dev/kaas/internal/cluster"
 	"github.com/kaas-dev/kaas/internal/group"
+	"github.com/kaas-dev/kaas/internal/metrics"
 	"github.com/kaas-dev/kaas/internal/offsets"
 	"github.com/kaas-dev/kaas/internal/volume"
 )
@@ -72,6 +73,8 @@ type Config struct {
 	// this long ago counts as settled (a broker that reports but does not
 	// apply assignments for that long is no longer Fresh). 0: no bound.
 	SettleTimeout time.Duration
+	// Metrics records group loads and moves; nil records nothing.
+	Metrics *metrics.Broker
 }
 
 // Coordinator holds the groups this broker coordinates.
@@ -644,6 +647,7 @@ func (c *Coordinator) Apply(prev, next *cluster.Assignment) {
 		}
 	}
 	c.mu.Unlock()
+	c.cfg.Metrics.GroupsLost(len(moved))
 	for _, s := range moved {
 		to := "none"
 		if b, ok := nt.Group(s.id); ok {
@@ -684,6 +688,33 @@ func (c *Coordinator) Apply(prev, next *cluster.Assignment) {
 				"epoch", next.ControllerEpoch, "version", next.AssignmentVersion)
 		}
 	}
+}
+
+// Stats lists the resident groups' types, states and member counts, for
+// the groups gauges (metrics.GroupStat). Groups held only as files on the
+// volume are not read: a scrape costs no I/O.
+func (c *Coordinator) Stats() []metrics.GroupStat {
+	c.mu.Lock()
+	shells := make([]*shell, 0, len(c.groups))
+	for _, s := range c.groups {
+		shells = append(shells, s)
+	}
+	c.mu.Unlock()
+	out := make([]metrics.GroupStat, 0, len(shells))
+	for _, s := range shells {
+		s.mu.Lock()
+		switch {
+		case !s.loaded || s.gone:
+		case s.consumer != nil:
+			out = append(out, metrics.GroupStat{Type: "consumer", State: s.consumer.core.State(), Members: s.consumer.core.Members()})
+		case s.member != nil:
+			out = append(out, metrics.GroupStat{Type: "classic", State: s.member.state(), Members: s.member.core.Members()})
+		default:
+			out = append(out, metrics.GroupStat{Type: "classic", State: "Empty"})
+		}
+		s.mu.Unlock()
+	}
+	return out
 }
 
 // ActiveGroups lists resident groups in use (members, or a commit in the

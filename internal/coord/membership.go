@@ -74,10 +74,12 @@ func (c *Coordinator) lockLoaded(groupID string) (*shell, error) {
 	}
 	s.mu.Unlock()
 	c.hook("load", groupID)
+	start := time.Now()
 	mem, info, err := c.store.GroupState(groupID, c.owner(groupID))
 	if err != nil {
 		return nil, storeErr(groupID, err)
 	}
+	c.cfg.Metrics.GroupLoaded(time.Since(start))
 	s.mu.Lock()
 	if s.gone {
 		s.mu.Unlock()

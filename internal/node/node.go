@@ -15,12 +15,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kaas-dev/kaas/internal/admin"
 	"github.com/kaas-dev/kaas/internal/broker"
 	"github.com/kaas-dev/kaas/internal/cgroup"
 	"github.com/kaas-dev/kaas/internal/cluster"
 	"github.com/kaas-dev/kaas/internal/coord"
 	"github.com/kaas-dev/kaas/internal/fsutil"
 	"github.com/kaas-dev/kaas/internal/group"
+	"github.com/kaas-dev/kaas/internal/metrics"
 	"github.com/kaas-dev/kaas/internal/offsets"
 	"github.com/kaas-dev/kaas/internal/volume"
 )
@@ -43,6 +45,10 @@ type Config struct {
 	// their liveness reports; "": the Kafka listener's host, any port (the
 	// address is advertised in the reports).
 	ClusterListen string
+	// AdminListen is the HTTP admin listener (/metrics, /healthz, /readyz;
+	// docs/operations.md); "": none. AdminPprof adds /debug/pprof/.
+	AdminListen string
+	AdminPprof  bool
 }
 
 func consumerConfig(c *cgroup.Config) cgroup.Config {
@@ -59,11 +65,15 @@ func Name(nodeID int32) string { return volume.BrokerName(nodeID) }
 type Node struct {
 	Broker  *broker.Broker
 	Runtime *cluster.Runtime
+	Metrics *metrics.Broker
 	log     *slog.Logger
 	view    *view
 	served  chan error
 	stopped atomic.Bool
 	store   *offsets.Store
+	admin   *admin.Server // nil without AdminListen
+	// serving: clients are served and the broker is not draining (/readyz).
+	serving atomic.Bool
 }
 
 // Start opens the broker, binds its listener, starts the cluster runtime,
@@ -88,8 +98,20 @@ func Start(cfg Config) (*Node, error) {
 	if err := cluster.CheckNotRunning(context.Background(), nil, bc.DataDir, Name(bc.ID), cfg.ReportInterval, cfg.DeadAfter); err != nil {
 		return nil, err
 	}
+	m := metrics.New()
+	bc.Metrics = m
+	n := &Node{Metrics: m, log: log, view: v, served: make(chan error, 1)}
+	if cfg.AdminListen != "" {
+		a, err := admin.Listen(cfg.AdminListen, admin.Options{Registry: m.Registry, Ready: n.ready, Pprof: cfg.AdminPprof,
+			Log: log.With("broker", Name(bc.ID))})
+		if err != nil {
+			return nil, err
+		}
+		n.admin = a
+	}
 	store, err := offsets.Open(offsets.Options{Dir: volume.OffsetsDir(bc.DataDir), Logger: log})
 	if err != nil {
+		n.closeAdmin()
 		return nil, err
 	}
 	gc := group.DefaultConfig()
@@ -114,7 +136,7 @@ func Start(cfg Config) (*Node, error) {
 			rt := rtp.Load()
 			return rt != nil && rt.Settled(a)
 		},
-		SettleTimeout: deadAfter})
+		SettleTimeout: deadAfter, Metrics: m})
 	bc.Coordinator = co
 	var rt *cluster.Runtime
 	bc.TopicsChanged = func() {
@@ -131,6 +153,7 @@ func Start(cfg Config) (*Node, error) {
 	fail := func(err error) (*Node, error) {
 		_ = b.Close(context.Background())
 		store.Close()
+		n.closeAdmin()
 		return nil, err
 	}
 	if err := b.Listen(); err != nil {
@@ -178,12 +201,30 @@ func Start(cfg Config) (*Node, error) {
 	// moves. The first application happens before Ready, so the bootstrap
 	// source never serves a client.
 	rt.OnApply(func(prev, next *cluster.Assignment) {
+		start := time.Now()
 		co.Apply(prev, next)
 		v.update(next)
 		b.AssignmentChanged()
+		m.Applied(time.Since(start))
+	})
+	n.Broker, n.Runtime, n.store = b, rt, store
+	me := Name(bc.ID)
+	m.Observe(co.Stats, func() metrics.ClusterStat {
+		cs := metrics.ClusterStat{Controller: rt.IsController(), Ready: n.serving.Load(), Brokers: map[string]int{}}
+		if a := rt.Current(); a != nil {
+			cs.ControllerEpoch, cs.AssignmentVersion = a.ControllerEpoch, a.AssignmentVersion
+			for _, r := range a.Brokers {
+				cs.Brokers[string(r.Health)]++
+			}
+			for _, p := range a.Partitions {
+				if p.Broker == me {
+					cs.Partitions++
+				}
+			}
+		}
+		return cs
 	})
 	rt.Start()
-	n := &Node{Broker: b, Runtime: rt, log: log, view: v, served: make(chan error, 1), store: store}
 	select {
 	case <-rt.Ready():
 	case <-time.After(cfg.ReadyTimeout):
@@ -191,8 +232,39 @@ func Start(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: no assignment listing %s alive within %v", Name(bc.ID), cfg.ReadyTimeout)
 	}
 	go func() { n.served <- b.Serve() }()
+	n.serving.Store(true)
 	log.Info("serving clients", "broker", Name(bc.ID), "addr", adv)
 	return n, nil
+}
+
+// ready is /readyz: the broker serves clients (an applied assignment lists
+// it alive) and is not draining.
+func (n *Node) ready() (bool, string) {
+	switch {
+	case n.stopped.Load():
+		return false, "draining or stopped"
+	case !n.serving.Load():
+		return false, "starting: no applied assignment lists this broker alive yet"
+	}
+	return true, ""
+}
+
+// closeAdmin stops the admin listener, if any.
+func (n *Node) closeAdmin() {
+	if n.admin == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = n.admin.Close(ctx)
+}
+
+// AdminAddr is the admin listener's address ("" without one).
+func (n *Node) AdminAddr() string {
+	if n.admin == nil {
+		return ""
+	}
+	return n.admin.Addr()
 }
 
 // Addr is the broker's listener address.
@@ -221,6 +293,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	if cerr := n.store.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
+	n.closeAdmin()
 	return err
 }
 
@@ -235,6 +308,7 @@ func (n *Node) Kill() {
 	cancel() // an expired context: the listener's connections are cut at once
 	_ = n.Broker.Close(ctx)
 	_ = n.store.Close()
+	n.closeAdmin()
 	select {
 	case <-n.served:
 	default:

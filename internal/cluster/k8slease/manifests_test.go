@@ -8,11 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -155,14 +157,50 @@ func TestManifestsDecodeAndFitTogether(t *testing.T) {
 	if cmd := strings.Join(append(c.Command, c.Args...), " "); !strings.Contains(cmd, `--id "${POD_NAME##*-}"`) {
 		t.Errorf("command %q does not derive --id from the pod's ordinal", cmd)
 	}
-	for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
-		if p == nil || p.TCPSocket == nil || (p.TCPSocket.Port.String() != "kafka" && p.TCPSocket.Port.IntValue() != 9092) {
-			t.Errorf("%s probe must be TCP on the Kafka port: %+v", name, p)
+	for name, want := range map[string]string{"readiness": "/readyz", "liveness": "/healthz"} {
+		p := c.ReadinessProbe
+		if name == "liveness" {
+			p = c.LivenessProbe
+		}
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != want || p.HTTPGet.Port.String() != "admin" {
+			t.Errorf("%s probe must GET %s on the admin port: %+v", name, want, p)
 		}
 	}
-	if len(c.Ports) != 2 || c.Ports[0].ContainerPort != 9092 || c.Ports[0].Name != "kafka" ||
-		c.Ports[1].ContainerPort != 9093 || c.Ports[1].Name != "cluster" {
-		t.Errorf("ports = %+v, want kafka 9092 and cluster 9093", c.Ports)
+	if len(c.Ports) != 3 || c.Ports[0].ContainerPort != 9092 || c.Ports[0].Name != "kafka" ||
+		c.Ports[1].ContainerPort != 9093 || c.Ports[1].Name != "cluster" ||
+		c.Ports[2].ContainerPort != 9644 || c.Ports[2].Name != "admin" {
+		t.Errorf("ports = %+v, want kafka 9092, cluster 9093 and admin 9644", c.Ports)
+	}
+	if got := env["KAAS_ADMIN_LISTEN"].Value; got != "0.0.0.0:9644" {
+		t.Errorf("KAAS_ADMIN_LISTEN = %q, want the admin port 9644", got)
+	}
+	if a := sts.Spec.Template.Annotations; a["prometheus.io/scrape"] != "true" || a["prometheus.io/port"] != "9644" {
+		t.Errorf("pod annotations %v do not point a scraper at the admin port", a)
+	}
+	// The restricted Pod Security Standard.
+	ps, cs := sts.Spec.Template.Spec.SecurityContext, c.SecurityContext
+	if ps == nil || ps.RunAsNonRoot == nil || !*ps.RunAsNonRoot || ps.SeccompProfile == nil || ps.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod security context %+v: want non-root and the RuntimeDefault seccomp profile", ps)
+	}
+	if cs == nil || cs.AllowPrivilegeEscalation == nil || *cs.AllowPrivilegeEscalation || cs.ReadOnlyRootFilesystem == nil ||
+		!*cs.ReadOnlyRootFilesystem || cs.Capabilities == nil || !slices.Equal(cs.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("container security context %+v: want no privilege escalation, a read-only root and every capability dropped", cs)
+	}
+	limit := c.Resources.Limits.Memory()
+	if limit.IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Requests.Cpu().IsZero() {
+		t.Errorf("resources %+v: want requests and a memory limit", c.Resources)
+	}
+	memLimit, err := parseGoMemLimit(env["GOMEMLIMIT"].Value)
+	if err != nil || memLimit >= limit.Value() || memLimit < limit.Value()*8/10 {
+		t.Errorf("GOMEMLIMIT %q (%v): want a little below the memory limit %s", env["GOMEMLIMIT"].Value, err, limit)
+	}
+	if tsc := sts.Spec.Template.Spec.TopologySpreadConstraints; len(tsc) != 1 || tsc[0].TopologyKey != "kubernetes.io/hostname" {
+		t.Errorf("topology spread %+v: want the brokers spread over nodes", tsc)
+	}
+	pdb := only[*policyv1.PodDisruptionBudget](t, objs, "kaas")
+	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 ||
+		pdb.Spec.Selector == nil || pdb.Spec.Selector.MatchLabels["app.kubernetes.io/name"] != "kaas" {
+		t.Errorf("PodDisruptionBudget %+v: want at most one broker down, selecting the brokers", pdb.Spec)
 	}
 	clusterListen := ""
 	for _, e := range c.Env {
@@ -193,4 +231,18 @@ func TestManifestsDecodeAndFitTogether(t *testing.T) {
 	if len(rb.Subjects) != 1 || rb.Subjects[0].Kind != "ServiceAccount" || rb.Subjects[0].Name != sa.Name {
 		t.Errorf("RoleBinding subjects = %+v, want the ServiceAccount %s", rb.Subjects, sa.Name)
 	}
+}
+
+// parseGoMemLimit reads GOMEMLIMIT's forms used here: a number of bytes with
+// an optional KiB, MiB or GiB suffix.
+func parseGoMemLimit(v string) (int64, error) {
+	mult := int64(1)
+	for suffix, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if n, ok := strings.CutSuffix(v, suffix); ok {
+			v, mult = n, m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	return n * mult, err
 }
