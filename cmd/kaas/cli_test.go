@@ -3,11 +3,13 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -110,5 +112,94 @@ func TestSecondInterruptExitsAtOnce(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "Ctrl-C again to exit at once") {
 		t.Errorf("the first Ctrl-C did not say how to exit at once:\n%s", stderr.String())
+	}
+}
+
+// TestDevLogsEachFactOnceWithoutWarnings: a 3-broker kaas dev started and
+// stopped with Ctrl-C, then started and stopped again on the same folder (a
+// restart), logs no WARN or ERROR (stopping the last broker and an
+// assignment left by the previous run's controller are normal), states each
+// broker health change once (the controller's line, not one per broker),
+// and its broker key always names the broker that logs, as kaas-N.
+func TestDevLogsEachFactOnceWithoutWarnings(t *testing.T) {
+	bin := buildKaas(t)
+	dir := t.TempDir()
+	for run := range 2 {
+		checkDevLog(t, fmt.Sprintf("run %d", run+1), devRun(t, bin, dir))
+	}
+}
+
+// devRun starts kaas dev with JSON logs, lets it idle two seconds, stops it
+// with one Ctrl-C and returns its log.
+func devRun(t *testing.T, bin, dir string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(bin, "dev", "--brokers", "3", "--port", fmt.Sprint(port), "--admin-port", "0",
+		"--data-dir", dir, "--log-format", "json")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "bootstrap servers") {
+				ready <- true
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("kaas dev did not start:\n%s", stderr.String())
+	}
+	time.Sleep(2 * time.Second) // a few report intervals of an idle cluster
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("kaas dev: %v\n%s", err, stderr.String())
+	}
+	return stderr.String()
+}
+
+func checkDevLog(t *testing.T, run, log string) {
+	t.Helper()
+	facts := map[string]int{}
+	brokerKey := regexp.MustCompile(`^kaas-\d+$`)
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		var l map[string]any
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("%s: not a JSON log line: %q", run, line)
+		}
+		if lv := l["level"]; lv == "WARN" || lv == "ERROR" {
+			t.Errorf("%s: a normal start and stop logged %s: %s", run, lv, line)
+		}
+		if b, ok := l["broker"]; ok {
+			if s, _ := b.(string); !brokerKey.MatchString(s) {
+				t.Errorf("%s: broker key %v is not the logging broker's kaas-N name: %s", run, b, line)
+			}
+		}
+		if l["msg"] == "broker health" {
+			facts[fmt.Sprint(l["peer"], " ", l["health"], " v", l["version"])]++
+		}
+	}
+	if len(facts) == 0 {
+		t.Fatalf("%s: no broker health line at all:\n%s", run, log)
+	}
+	for f, n := range facts {
+		if n != 1 {
+			t.Errorf("%s: broker health %s logged %d times", run, f, n)
+		}
 	}
 }

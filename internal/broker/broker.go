@@ -219,7 +219,7 @@ func New(cfg Config) (*Broker, error) {
 	if err := os.MkdirAll(volume.ClusterDir(cfg.DataDir), 0o755); err != nil {
 		return nil, fmt.Errorf("broker: data dir: %w", err)
 	}
-	log := cfg.Logger.With("broker", cfg.ID)
+	log := cfg.Logger.With("broker", volume.BrokerName(cfg.ID))
 	reg, err := topics.Open(cfg.DataDir, log)
 	if err != nil {
 		return nil, err

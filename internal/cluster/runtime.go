@@ -152,7 +152,7 @@ func New(cfg Config) (*Runtime, error) {
 	var inc [8]byte
 	_, _ = rand.Read(inc[:])
 	r := &Runtime{
-		cfg: cfg, log: cfg.Logger.With("node", cfg.ID),
+		cfg: cfg, log: cfg.Logger.With("broker", cfg.ID),
 		path:        volume.AssignmentPath(cfg.DataDir),
 		ready:       make(chan struct{}),
 		watch:       newWatcher(),
@@ -297,7 +297,7 @@ func (r *Runtime) Drain(ctx context.Context) error {
 			}
 		}
 		if a != nil && !othersAlive(a, r.cfg.ID) {
-			r.log.Warn("draining: no other alive broker to take over; stopping anyway")
+			r.log.Info("draining: no other alive broker to take over; stopping")
 			return nil
 		}
 		select {
@@ -758,6 +758,13 @@ func (r *Runtime) poll() bool {
 // a deposed controller.
 func (r *Runtime) apply(a *Assignment) bool {
 	if known := r.known.Load(); a.ControllerEpoch < known {
+		if r.current.Load() == nil {
+			// Start-up: the file is what an earlier controller left (it
+			// resigned or died); the current one writes a newer one.
+			r.log.Info("ignoring the assignment an earlier controller left; waiting for the current controller's",
+				"epoch", a.ControllerEpoch, "known_epoch", known, "version", a.AssignmentVersion)
+			return false
+		}
 		r.log.Warn("refusing assignment from a deposed controller",
 			"epoch", a.ControllerEpoch, "known_epoch", known, "version", a.AssignmentVersion)
 		return false
@@ -787,9 +794,16 @@ func (r *Runtime) logChanges(prev, next *Assignment) {
 			old[b.ID] = b.Health
 		}
 	}
+	// The controller that decided a change logs it; every other broker
+	// applies the same assignment and logs it at debug level, so a
+	// cluster's log states each fact once.
+	level := slog.LevelDebug
+	if next.Controller == r.cfg.ID {
+		level = slog.LevelInfo
+	}
 	for _, b := range next.Brokers {
 		if old[b.ID] != b.Health {
-			r.log.Info("broker health", "broker", b.ID, "health", string(b.Health), "was", string(old[b.ID]),
+			r.log.Log(context.Background(), level, "broker health", "peer", b.ID, "health", string(b.Health), "was", string(old[b.ID]),
 				"epoch", next.ControllerEpoch, "version", next.AssignmentVersion)
 		}
 	}
@@ -866,7 +880,7 @@ func (r *Runtime) control(ctx context.Context, now time.Time) {
 			if r.peers != nil {
 				r.peers.forget(id)
 			}
-			r.log.Info("broker removed from the cluster", "broker", id)
+			r.log.Info("broker removed from the cluster", "peer", id)
 		}
 	}
 }

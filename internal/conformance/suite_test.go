@@ -908,7 +908,7 @@ func (r *run) checkLiveness() {
 		case line.Msg == "elected controller":
 			elections++
 		case line.Msg == "broker health" && line.Health == "dead":
-			dead[fmt.Sprint(line.Broker)]++
+			dead[line.Peer]++
 		}
 	})
 	var falseDeaths []string
@@ -1041,7 +1041,7 @@ func (r *run) generation() int32 {
 // logLine is the part of a broker's JSON log line the checks read.
 type logLine struct {
 	Msg    string `json:"msg"`
-	Broker any    `json:"broker"` // "broker health": the id it is about (elsewhere a node number)
+	Peer   string `json:"peer"` // "broker health": the broker it is about
 	Health string `json:"health"`
 	Group  string `json:"group"`
 	Gen    int32  `json:"gen"`
