@@ -322,6 +322,35 @@ func TestBrokerFilesLiveUnderCluster(t *testing.T) {
 // when the intruder stopped.
 func TestSecondBrokerWithALiveIDIsRefused(t *testing.T) {
 	c := Start(t, Options{Brokers: 2})
+	// A topic and a group with a member: what kaas-0 leads and coordinates
+	// must stay where it is.
+	cl := client(t, c, kgo.ConsumerGroup("dup-g"), kgo.ConsumeTopics("dup-t"))
+	if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), 4, 1, nil, "dup-t"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		if len(leaderCounts(current(c), "dup-t")) != 2 {
+			return fmt.Errorf("partitions not spread yet: %v", leaderCounts(current(c), "dup-t"))
+		}
+		if _, err := kadm.NewClient(cl).DescribeGroups(context.Background(), "dup-g"); err != nil {
+			return err
+		}
+		return nil
+	})
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		cl.PollFetches(ctx) // joins the group
+		gs, err := kadm.NewClient(cl).DescribeGroups(context.Background(), "dup-g")
+		if err != nil {
+			return err
+		}
+		if g := gs["dup-g"]; g.State != "Stable" || len(g.Members) != 1 {
+			return fmt.Errorf("group dup-g is %s with %d members", g.State, len(g.Members))
+		}
+		return nil
+	})
+	time.Sleep(3 * c.opts.DeadAfter)
 	before := current(c)
 	if before == nil {
 		t.Fatal("no assignment")
@@ -344,12 +373,24 @@ func TestSecondBrokerWithALiveIDIsRefused(t *testing.T) {
 	if after.ControllerEpoch != before.ControllerEpoch {
 		t.Fatalf("controller epoch %d -> %d after the refused start", before.ControllerEpoch, after.ControllerEpoch)
 	}
+	if b, a := leaderCounts(before, "dup-t"), leaderCounts(after, "dup-t"); fmt.Sprint(b) != fmt.Sprint(a) {
+		t.Fatalf("partitions moved after the refused start: %v -> %v", b, a)
+	}
+	for _, p := range before.Partitions {
+		for _, q := range after.Partitions {
+			if p.Topic == q.Topic && p.Partition == q.Partition && (p.Broker != q.Broker || p.Epoch != q.Epoch) {
+				t.Fatalf("%s-%d moved from %s (epoch %d) to %s (epoch %d)", p.Topic, p.Partition, p.Broker, p.Epoch, q.Broker, q.Epoch)
+			}
+		}
+	}
+	if fmt.Sprint(before.ConsumerGroups) != fmt.Sprint(after.ConsumerGroups) {
+		t.Fatalf("group placements changed: %v -> %v", before.ConsumerGroups, after.ConsumerGroups)
+	}
 	for _, b := range after.Brokers {
 		if b.Health != cluster.Alive {
 			t.Fatalf("broker %s is %s after the refused start", b.ID, b.Health)
 		}
 	}
-	cl := client(t, c)
 	if _, err := kadm.NewClient(cl).ListBrokers(context.Background()); err != nil {
 		t.Fatal(err)
 	}
