@@ -246,3 +246,28 @@ func parseGoMemLimit(v string) (int64, error) {
 	n, err := strconv.ParseInt(v, 10, 64)
 	return n * mult, err
 }
+
+// TestDockerignoreKeepsTheBuildContextClean: the image builds from the
+// tracked tree only: .dockerignore leaves out .git and everything
+// .gitignore ignores (binaries, the conformance caches, Kafka's jars).
+func TestDockerignoreKeepsTheBuildContextClean(t *testing.T) {
+	read := func(name string) []string {
+		data, err := os.ReadFile(filepath.Join(deployDir, "..", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, l := range strings.Split(string(data), "\n") {
+			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	docker := read(".dockerignore")
+	for _, want := range append(read(".gitignore"), ".git") {
+		if !slices.Contains(docker, want) {
+			t.Errorf(".dockerignore does not leave out %q (.gitignore does)", want)
+		}
+	}
+}
