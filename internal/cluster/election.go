@@ -86,7 +86,8 @@ type electionRecord struct {
 	Resigned bool   `json:"resigned,omitempty"`
 }
 
-// NewFileElector returns the default elector over <dataDir>/__cluster/controller.
+// NewFileElector returns the default elector over <dataDir>/__cluster/controller
+// (stopped and log may be nil).
 func NewFileElector(dataDir, me string, ttl time.Duration, stopped func(string) bool, log *slog.Logger) (*FileElector, error) {
 	return newFileElector(OS{}, dataDir, me, ttl, stopped, log)
 }
@@ -98,6 +99,9 @@ func newFileElector(v Volume, dataDir, me string, ttl time.Duration, stopped fun
 	}
 	if stopped == nil {
 		stopped = func(string) bool { return false }
+	}
+	if log == nil {
+		log = slog.Default()
 	}
 	return &FileElector{v: v, dir: dir, me: me, ttl: ttl, log: log, stopped: stopped}, nil
 }

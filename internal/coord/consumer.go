@@ -37,6 +37,8 @@ type consumerGroup struct {
 	// the failure (a lost ownership answers NOT_COORDINATOR).
 	broken    bool
 	brokenErr error
+	// seenEpoch is the last group epoch counted in the metrics.
+	seenEpoch int32
 }
 
 // SetTopics gives the coordinator the topics consumer groups assign (the
@@ -82,6 +84,7 @@ func (c *Coordinator) restoreConsumer(s *shell, mem *offsets.Membership) {
 		return
 	}
 	s.consumer = cg
+	cg.seenEpoch = cg.core.Epoch()
 	if !cg.core.Empty() {
 		s.emptySince = time.Time{}
 	}
@@ -97,6 +100,10 @@ func (g *consumerGroup) apply(out cgroup.Output) func(context.Context) error {
 		g.c.log.Info("consumer group: "+ev.What, "group", g.s.id, "member", ev.Member, "epoch", ev.Epoch, "why", ev.Why)
 	}
 	g.rearm()
+	if e := g.core.Epoch(); e > g.seenEpoch {
+		g.seenEpoch = e
+		g.c.cfg.Metrics.Generation("consumer")
+	}
 	if !out.Persist {
 		return nil
 	}

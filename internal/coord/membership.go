@@ -20,6 +20,9 @@ type membership struct {
 	s      *shell
 	core   *group.Group
 	timers map[group.TimerKey]armed
+	// seenGen is the last generation counted in the metrics: one loaded
+	// from the volume is not a new one.
+	seenGen int32
 	// barrier is closed once the last membership write queued by this
 	// shell is durable and the answers held behind it are delivered; nil
 	// when none is in flight. JoinGroup, SyncGroup and LeaveGroup answers
@@ -118,6 +121,7 @@ func (c *Coordinator) restore(s *shell, mem *offsets.Membership, info offsets.Re
 		return
 	}
 	s.member = m
+	m.seenGen = m.core.Generation()
 	s.infoGen, s.infoEmpty = m.core.Generation(), m.core.Empty()
 	if !m.core.Empty() {
 		s.emptySince = time.Time{}
@@ -275,6 +279,10 @@ func (m *membership) apply(out group.Output) {
 			level = slog.LevelDebug // one per KIP-394 handshake: noise at info
 		}
 		m.c.log.LogAttrs(context.Background(), level, ev.Kind.String(), ev.Attrs()...)
+	}
+	if gen := m.core.Generation(); gen > m.seenGen {
+		m.seenGen = gen
+		m.c.cfg.Metrics.Generation("classic")
 	}
 	if m.core.Empty() && m.s.emptySince.IsZero() {
 		m.s.emptySince = m.c.cfg.Now()

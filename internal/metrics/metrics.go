@@ -8,6 +8,7 @@
 package metrics
 
 import (
+	"encoding/binary"
 	"reflect"
 	"strconv"
 	"sync"
@@ -36,6 +37,8 @@ type Broker struct {
 	groupLoads   prometheus.Counter
 	groupLoad    prometheus.Histogram
 	applyLatency prometheus.Histogram
+	recordsOut   prometheus.Counter
+	generations  *prometheus.CounterVec
 }
 
 // latencyBuckets span a cached answer (100 µs) to a long poll (30 s).
@@ -78,11 +81,22 @@ func New() *Broker {
 			Help: "Time to load a group's durable state on first touch at its new owner.", Buckets: latencyBuckets}),
 		applyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kaas_assignment_apply_duration_seconds",
 			Help: "Time to apply a new assignment on this broker (orphan sweep, ownership swap, leadership moves).", Buckets: latencyBuckets}),
+		recordsOut: prometheus.NewCounter(prometheus.CounterOpts{Name: "kaas_fetch_records_total",
+			Help: "Records returned by Fetch (transaction markers not counted)."}),
+		generations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kaas_group_generations_total",
+			Help: "Rebalances: generations formed by classic groups and group epochs bumped by consumer groups coordinated here (a group loaded after a move is not counted)."},
+			[]string{"type"}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.latency, m.connections, m.refused, m.bytesIn, m.recordsIn, m.bytesOut,
-		m.durable, m.commits, m.groupMoves, m.groupLoads, m.groupLoad, m.applyLatency} {
+		m.durable, m.commits, m.groupMoves, m.groupLoads, m.groupLoad, m.applyLatency, m.recordsOut, m.generations} {
 		f(c)
 	}
+	// Series that exist from the start, so that a rate over them is 0, not
+	// absent, on a broker that has seen none yet.
+	for _, typ := range []string{"classic", "consumer"} {
+		m.generations.WithLabelValues(typ)
+	}
+	m.groupMoves.WithLabelValues("lost")
 	return m
 }
 
@@ -110,13 +124,43 @@ func (m *Broker) Request(key, version int16, resp kmsg.Response, d time.Duration
 	m.requests.WithLabelValues(api, strconv.Itoa(int(version)), name).Inc()
 	m.latency.WithLabelValues(api).Observe(d.Seconds())
 	if f, ok := resp.(*kmsg.FetchResponse); ok {
-		n := 0
+		n, records := 0, 0
 		for _, t := range f.Topics {
 			for _, p := range t.Partitions {
 				n += len(p.RecordBatches)
+				records += Records(p.RecordBatches)
 			}
 		}
 		m.bytesOut.Add(float64(n))
+		m.recordsOut.Add(float64(records))
+	}
+}
+
+// Records counts the records of the v2 record batches in b (a Fetch
+// answer's partition records: whole batches, the last one possibly cut
+// short, which is not counted). Control batches (transaction markers) are
+// skipped.
+func Records(b []byte) int {
+	const countAt = 57 // base offset 8, length 4, leader epoch 4, magic 1, crc 4, attributes 2, last offset delta 4, timestamps 16, producer id 8, epoch 2, base sequence 4
+	n := 0
+	for len(b) >= countAt+4 {
+		size := 12 + int(int32(binary.BigEndian.Uint32(b[8:12])))
+		if size < countAt+4 || size > len(b) {
+			break
+		}
+		if binary.BigEndian.Uint16(b[21:23])&0x20 == 0 { // attributes: not a control batch
+			n += int(int32(binary.BigEndian.Uint32(b[countAt:])))
+		}
+		b = b[size:]
+	}
+	return n
+}
+
+// Generation counts a generation formed by a classic group or a group
+// epoch bumped by a consumer group (typ "classic" or "consumer").
+func (m *Broker) Generation(typ string) {
+	if m != nil {
+		m.generations.WithLabelValues(typ).Inc()
 	}
 }
 

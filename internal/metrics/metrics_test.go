@@ -121,3 +121,30 @@ func TestDashboardUsesOnlyMetricsThatExist(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordsCountsDataRecordsOfWholeBatches: a Fetch answer's records are
+// the data batches' record counts; a transaction marker and a batch cut
+// short at the end of the answer are not counted.
+func TestRecordsCountsDataRecordsOfWholeBatches(t *testing.T) {
+	batch := func(records int32, attributes int16, body int) []byte {
+		b := kmsg.RecordBatch{Magic: 2, Attributes: attributes, NumRecords: records, Records: make([]byte, body)}
+		b.Length = int32(49 + body)
+		return b.AppendTo(nil)
+	}
+	var b []byte
+	b = append(b, batch(3, 0, 30)...)
+	b = append(b, batch(1, 0x20|0x10, 8)...) // a commit marker
+	b = append(b, batch(5, 0, 50)...)
+	whole := len(b)
+	b = append(b, batch(7, 0, 70)...)
+	b = b[:len(b)-10] // the answer's size limit cut the last batch
+	if n := Records(b[:whole]); n != 8 {
+		t.Fatalf("whole batches: %d records, want 8", n)
+	}
+	if n := Records(b); n != 8 {
+		t.Fatalf("with a cut batch: %d records, want 8", n)
+	}
+	if n := Records(b[:20]); n != 0 {
+		t.Fatalf("a header cut short: %d records, want 0", n)
+	}
+}

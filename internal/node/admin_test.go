@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kaas-dev/kaas/internal/broker"
+	"github.com/kaas-dev/kaas/internal/cluster"
 )
 
 func get(t *testing.T, url string) (int, string) {
@@ -70,7 +72,8 @@ next:
 // TestAdminListenerServesMetricsAndHealth: a broker with --admin-listen
 // answers /healthz and /readyz, and /metrics counts what clients did:
 // requests by API and error, produced records and bytes, commits and their
-// durable writes, groups by type and state, and the cluster it sees.
+// durable writes, fetched records, generations of a classic and a KIP-848
+// group, groups by type and state, and the cluster it sees.
 // /readyz turns 503 once the broker drains.
 func TestAdminListenerServesMetricsAndHealth(t *testing.T) {
 	n, err := Start(Config{Broker: broker.Config{ID: 0, DataDir: t.TempDir(), Listen: "127.0.0.1:0"},
@@ -117,6 +120,23 @@ func TestAdminListenerServesMetricsAndHealth(t *testing.T) {
 	if err := cl.CommitUncommittedOffsets(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// A KIP-848 member reads the topic too: a consumer group's epoch.
+	cl848, err := kgo.NewClient(kgo.SeedBrokers(n.Addr()), kgo.ConsumerGroup("mg848"), kgo.ConsumeTopics("m"),
+		kgo.ServerSideBalancer(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl848.Close()
+	for got = 0; got < 25; {
+		pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		fs := cl848.PollFetches(pctx)
+		expired := pctx.Err()
+		cancel()
+		if expired != nil {
+			t.Fatalf("the KIP-848 member consumed %d of 25", got)
+		}
+		got += len(fs.Records())
+	}
 	// One refused request: Metadata for a topic that does not exist.
 	mreq := kmsg.NewPtrMetadataRequest()
 	mreq.Topics = []kmsg.MetadataRequestTopic{{Topic: kmsg.StringPtr("no-such-topic")}}
@@ -136,6 +156,13 @@ func TestAdminListenerServesMetricsAndHealth(t *testing.T) {
 		{"kaas_produce_records_total", nil, 25, 25},
 		{"kaas_produce_bytes_total", nil, 25 * 60, 1e9},
 		{"kaas_fetch_bytes_total", nil, 25 * 60, 1e9},
+		{"kaas_fetch_records_total", nil, 50, 1e9},
+		{"kaas_group_generations_total", map[string]string{"type": "classic"}, 1, 3},
+		{"kaas_group_generations_total", map[string]string{"type": "consumer"}, 1, 3},
+		{"kaas_groups", map[string]string{"type": "consumer", "state": "Stable"}, 1, 1},
+		{"kaas_group_members", map[string]string{"type": "consumer"}, 1, 1},
+		{"kaas_assignment_version", nil, 1, 1e9},
+		{"kaas_assignment_apply_duration_seconds", nil, 1, 1e9},
 		{"kaas_offset_commits_total", nil, 1, 2},
 		{"kaas_durable_write_duration_seconds", map[string]string{"file": "log"}, 25, 1e9},
 		{"kaas_durable_write_duration_seconds", map[string]string{"file": "group"}, 1, 1e9},
@@ -173,5 +200,84 @@ func TestAdminListenerServesMetricsAndHealth(t *testing.T) {
 	}
 	if _, err := http.Get(base + "/healthz"); err == nil {
 		t.Fatal("the admin listener still answers after the broker stopped")
+	}
+}
+
+// gatedElector elects no one until open is closed, then elects through
+// the volume like the default elector.
+type gatedElector struct {
+	open <-chan struct{}
+	file *cluster.FileElector
+}
+
+func (e *gatedElector) Tick(ctx context.Context, now time.Time) (cluster.Election, error) {
+	select {
+	case <-e.open:
+		return e.file.Tick(ctx, now)
+	default:
+		return cluster.Election{}, nil
+	}
+}
+
+func (e *gatedElector) Resign(ctx context.Context) error { return e.file.Resign(ctx) }
+
+// TestReadyzIsFalseUntilTheFirstAssignment: while no controller has
+// published an assignment that lists the broker alive, /healthz answers
+// 200 and /readyz 503 (the starting reason); once one is applied, /readyz
+// answers 200.
+func TestReadyzIsFalseUntilTheFirstAssignment(t *testing.T) {
+	dir := t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminAddr := l.Addr().String()
+	l.Close()
+	file, err := cluster.NewFileElector(dir, Name(0), time.Second, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := make(chan struct{})
+	type started struct {
+		n   *Node
+		err error
+	}
+	done := make(chan started, 1)
+	go func() {
+		n, err := Start(Config{Broker: broker.Config{ID: 0, DataDir: dir, Listen: "127.0.0.1:0"},
+			ReportInterval: 100 * time.Millisecond, DeadAfter: time.Second, PollInterval: 50 * time.Millisecond,
+			ReadyTimeout: time.Minute, Elector: &gatedElector{open: open, file: file}, AdminListen: adminAddr})
+		done <- started{n, err}
+	}()
+	base := "http://" + adminAddr
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the admin listener never answered: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for range 5 { // several report intervals without a controller
+		if code, body := get(t, base+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "no applied assignment") {
+			t.Fatalf("/readyz before any assignment: %d %q", code, body)
+		}
+		if v := metric(t, base, "kaas_ready", nil); v != 0 {
+			t.Fatalf("kaas_ready before any assignment: %v", v)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	close(open)
+	s := <-done
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	defer s.n.Kill()
+	if code, body := get(t, base+"/readyz"); code != 200 {
+		t.Fatalf("/readyz once serving: %d %q", code, body)
 	}
 }
