@@ -621,6 +621,8 @@ func javaClasspath() (string, error) {
 		jar := filepath.Join(build, "conformance-java.jar")
 		javaCP = jar + string(os.PathListSeparator) + filepath.Join(build, "lib", "*")
 		sources, _ := filepath.Glob(filepath.Join(mod, "src", "main", "java", "dev", "kaas", "conformance", "*.java"))
+		services, _ := filepath.Glob(filepath.Join(mod, "src", "main", "resources", "META-INF", "services", "*"))
+		sources = append(sources, services...)
 		if fresh(jar, append(sources, filepath.Join(mod, "pom.xml"))...) {
 			return
 		}

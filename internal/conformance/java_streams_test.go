@@ -39,11 +39,8 @@ const (
 // In both, each key's committed output must be 1, 2, ..., n in order, each
 // once (a count applied twice, lost, or read from an aborted transaction
 // breaks it), and no stream thread may die. Long mode (a JVM per instance
-// and 40 s of traffic per scenario).
+// and 40 s of traffic per scenario), on kaas and on the reference.
 func TestJavaStreamsExactlyOnce(t *testing.T) {
-	if reference() {
-		t.Skip("runs against kaas only")
-	}
 	if !long() {
 		t.Skip("long mode: KAAS_CONFORMANCE=long (scripts/conformance.sh)")
 	}
@@ -71,7 +68,7 @@ func runStreams(t *testing.T, scenario string) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c := proctest.Start(t, proctest.Options{Brokers: 3, LogDir: dir, Args: []string{"--group-initial-rebalance-delay", "0s"}})
+	c := javaTarget(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	const in, outTopic, app = "streams-in", "streams-out", "streams-counts"

@@ -194,13 +194,9 @@ func Controller(ctx context.Context, cl *kgo.Client) (int32, error) {
 	return qp.LeaderID, nil
 }
 
-// Tool runs one of Kafka's command-line tools by its main class (the class
-// the distribution's script runs: kafka-topics.sh is
-// org.apache.kafka.tools.TopicCommand) with stdin, and returns what it
-// printed on standard output. A non-zero exit is an error carrying both
-// outputs. The JVM is sized for a 2-core machine: a small heap and the
-// client compiler, so a tool answers in about a second.
-func Tool(ctx context.Context, stdin, class string, args ...string) (string, error) {
+// Classpath is the Java classpath of Kafka's jars (the broker, the tools
+// and Connect's runtime), fetched first when missing.
+func Classpath(ctx context.Context) (string, error) {
 	if err := Available(); err != nil {
 		return "", err
 	}
@@ -208,8 +204,22 @@ func Tool(ctx context.Context, stdin, class string, args ...string) (string, err
 	if err != nil {
 		return "", fmt.Errorf("kafkaref: classpath: %w", err)
 	}
+	return strings.TrimSpace(string(cp)), nil
+}
+
+// Tool runs one of Kafka's command-line tools by its main class (the class
+// the distribution's script runs: kafka-topics.sh is
+// org.apache.kafka.tools.TopicCommand) with stdin, and returns what it
+// printed on standard output. A non-zero exit is an error carrying both
+// outputs. The JVM is sized for a 2-core machine: a small heap and the
+// client compiler, so a tool answers in about a second.
+func Tool(ctx context.Context, stdin, class string, args ...string) (string, error) {
+	cp, err := Classpath(ctx)
+	if err != nil {
+		return "", err
+	}
 	argv := append([]string{"-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-		"-cp", strings.TrimSpace(string(cp)), class}, args...)
+		"-cp", cp, class}, args...)
 	cmd := exec.CommandContext(ctx, "java", argv...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr strings.Builder
