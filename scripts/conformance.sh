@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The long conformance mode: every real client × every chaos scenario on a
-# 3-broker cluster of kaas OS processes (internal/conformance).
+# 3-broker cluster of kaas OS processes (internal/conformance), and the Java
+# ETL, Kafka Streams and Kafka Connect tests.
 # Usage: scripts/conformance.sh [--reference] [--save] [extra go test flags]
 #   --reference  run the same matrix against the Apache Kafka 4.4.0 reference
 #                cluster (scripts/kafka-reference.sh; fetched with Maven on
@@ -33,7 +34,7 @@ export KAAS_CONFORMANCE=long KAAS_CONFORMANCE_OUT="$out"
 
 start=$(date +%s)
 status=0
-go test -count=1 -v -timeout 120m -run 'TestConformance' "$@" ./internal/conformance \
+go test -count=1 -v -timeout 120m -run 'TestConformance|TestJava|TestKafkaConnect' "$@" ./internal/conformance \
   >"$out/go-test.log" 2>&1 || status=$?
 grep -E '^\s*--- (PASS|FAIL|SKIP)' "$out/go-test.log" || true
 echo "== long mode ($KAAS_CONFORMANCE_TARGET) took $(( $(date +%s) - start ))s; exit $status; output in $out"
