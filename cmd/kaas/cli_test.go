@@ -6,14 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kaas-dev/kaas/internal/proctest"
 )
 
 // buildKaas builds this command into a temp dir.
@@ -68,41 +70,12 @@ func TestCommandLine(t *testing.T) {
 // ends the process at once instead of waiting for the drain.
 func TestSecondInterruptExitsAtOnce(t *testing.T) {
 	bin := buildKaas(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(bin, "dev", "--brokers", "2", "--port", fmt.Sprint(port), "--admin-port", "0", "--data-dir", t.TempDir())
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "bootstrap servers") {
-				ready <- true
-			}
-		}
-	}()
-	select {
-	case <-ready:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("kaas dev did not start:\n%s", stderr.String())
-	}
+	d := startDev(t, bin, 2, "--data-dir", t.TempDir())
+	cmd, stderr := d.cmd, d.stderr
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	time.Sleep(100 * time.Millisecond)
 	_ = cmd.Process.Signal(syscall.SIGINT)
-	err = cmd.Wait()
+	err := d.wait()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) {
 		t.Fatalf("kaas dev exited %v after the second Ctrl-C: it finished the drain instead of ending at once\n%s", err, stderr.String())
@@ -133,41 +106,11 @@ func TestDevLogsEachFactOnceWithoutWarnings(t *testing.T) {
 // with one Ctrl-C and returns its log.
 func devRun(t *testing.T, bin, dir string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(bin, "dev", "--brokers", "3", "--port", fmt.Sprint(port), "--admin-port", "0",
-		"--data-dir", dir, "--log-format", "json")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "bootstrap servers") {
-				ready <- true
-			}
-		}
-	}()
-	select {
-	case <-ready:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("kaas dev did not start:\n%s", stderr.String())
-	}
+	d := startDev(t, bin, 3, "--data-dir", dir, "--log-format", "json")
+	cmd, stderr := d.cmd, d.stderr
 	time.Sleep(2 * time.Second) // a few report intervals of an idle cluster
 	_ = cmd.Process.Signal(syscall.SIGINT)
-	if err := cmd.Wait(); err != nil {
+	if err := d.wait(); err != nil {
 		t.Fatalf("kaas dev: %v\n%s", err, stderr.String())
 	}
 	return stderr.String()
@@ -202,4 +145,94 @@ func checkDevLog(t *testing.T, run, log string) {
 			t.Errorf("%s: broker health %s logged %d times", run, f, n)
 		}
 	}
+}
+
+// devProc is a running kaas dev.
+type devProc struct {
+	cmd    *exec.Cmd
+	stderr *lockedBuffer
+	exited chan struct{} // closed when the process has ended
+	err    error         // its exit, once exited is closed
+}
+
+// wait returns the process's exit, waiting at most a minute.
+func (d *devProc) wait() error {
+	select {
+	case <-d.exited:
+		return d.err
+	case <-time.After(time.Minute):
+		_ = d.cmd.Process.Kill()
+		<-d.exited
+		return fmt.Errorf("still running a minute later: %v", d.err)
+	}
+}
+
+// startDev starts kaas dev with n brokers on n consecutive free ports and no
+// admin listener, and returns once it printed its bootstrap servers. A port
+// taken between the choice and the bind ends kaas dev with "address already
+// in use": it is started again on other ports, at most three times.
+func startDev(t *testing.T, bin string, n int, args ...string) *devProc {
+	t.Helper()
+	for try := 1; ; try++ {
+		port := proctest.FreePorts(t, n)
+		cmd := exec.Command(bin, append([]string{"dev", "--brokers", fmt.Sprint(n), "--port", fmt.Sprint(port), "--admin-port", "0"}, args...)...)
+		d := &devProc{cmd: cmd, stderr: &lockedBuffer{}, exited: make(chan struct{})}
+		cmd.Stderr = d.stderr
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		ready := make(chan bool, 1)
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				if strings.Contains(sc.Text(), "bootstrap servers") {
+					select {
+					case ready <- true:
+					default:
+					}
+				}
+			}
+			d.err = cmd.Wait() // after the last read of stdout, as Wait requires
+			close(d.exited)
+		}()
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			<-d.exited
+		})
+		select {
+		case <-ready:
+			return d
+		case <-d.exited:
+			if try < 3 && strings.Contains(d.stderr.String(), "address already in use") {
+				t.Logf("kaas dev on ports %d..%d: a port was taken, trying others", port, port+n-1)
+				continue
+			}
+			t.Fatalf("kaas dev ended before it served: %v\n%s", d.err, d.stderr.String())
+		case <-time.After(60 * time.Second):
+			t.Fatalf("kaas dev did not start in 60s:\n%s", d.stderr.String())
+		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer that the process's stderr copier and
+// the test may use at once.
+type lockedBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -96,23 +96,41 @@ var (
 // with "address already in use" now and then.
 func FreePort(t testing.TB) int {
 	t.Helper()
+	return FreePorts(t, 1)
+}
+
+// FreePorts is FreePort for n consecutive ports (kaas dev's --port and
+// --admin-port take one per broker): it returns the first of n ports
+// that were all free a moment ago.
+func FreePorts(t testing.TB, n int) int {
+	t.Helper()
 	portsMu.Lock()
 	defer portsMu.Unlock()
 	lo, hi := belowEphemeral()
+next:
 	for range 200 {
-		p := lo + rand.IntN(hi-lo)
-		if used[p] {
-			continue
+		p := lo + rand.IntN(hi-lo-n+1)
+		var open []net.Listener
+		for q := p; q < p+n; q++ {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(q))
+			if used[q] || err != nil {
+				if err == nil {
+					l.Close()
+				}
+				for _, o := range open {
+					o.Close()
+				}
+				continue next
+			}
+			open = append(open, l)
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil {
-			continue
+		for i, o := range open {
+			o.Close()
+			used[p+i] = true
 		}
-		l.Close()
-		used[p] = true
 		return p
 	}
-	t.Fatal("proctest: no free port after 200 tries")
+	t.Fatalf("proctest: no %d free consecutive ports after 200 tries", n)
 	return 0
 }
 
