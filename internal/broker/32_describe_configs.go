@@ -1,8 +1,10 @@
 package broker
 
 // DescribeConfigs, for topics (the configs set on the topic and
-// the defaults kaas acts on) and brokers (the settings of this broker, read
-// only). Other resource types answer INVALID_REQUEST.
+// the defaults kaas acts on), brokers (the settings of this broker, read
+// only) and groups (the configs kaas acts on, set on the group or the
+// broker's default: as Kafka, a group that does not exist has the
+// defaults). Other resource types answer INVALID_REQUEST.
 
 import (
 	"context"
@@ -13,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kaas-dev/kaas/internal/groupconfig"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
 
@@ -61,9 +64,16 @@ func (b *Broker) handleDescribeConfigs(_ context.Context, c *conn, req wire.Requ
 				continue
 			}
 			cfgs, readOnly = b.brokerConfigs(), true
+		case kmsg.ConfigResourceTypeGroupConfig:
+			if err := b.describeGroupConfigs(r, rr, &res); err != nil {
+				b.log.Error("reading group configs failed", "group", rr.ResourceName, "err", err)
+				res.ErrorCode = kerr.UnknownServerError.Code
+			}
+			resp.Resources = append(resp.Resources, res)
+			continue
 		default:
 			res.ErrorCode = kerr.InvalidRequest.Code
-			msg := "kaas describes topic and broker configs only"
+			msg := "kaas describes topic, broker and group configs only"
 			res.ErrorMessage = &msg
 			resp.Resources = append(resp.Resources, res)
 			continue
@@ -86,4 +96,42 @@ func (b *Broker) handleDescribeConfigs(_ context.Context, c *conn, req wire.Requ
 		resp.Resources = append(resp.Resources, res)
 	}
 	return now(resp)
+}
+
+// describeGroupConfigs fills res with a group's configs as Kafka shows them:
+// each of the group configs kaas acts on, DYNAMIC_GROUP_CONFIG when set on
+// the group, else DEFAULT_CONFIG; the synonyms name the broker's
+// group.consumer.* default.
+func (b *Broker) describeGroupConfigs(r *kmsg.DescribeConfigsRequest, rr kmsg.DescribeConfigsRequestResource, res *kmsg.DescribeConfigsResponseResource) error {
+	set, err := b.groupConfigs.Get(rr.ResourceName)
+	if err != nil {
+		return err
+	}
+	d := b.cfg.Coordinator.ConsumerDefaults()
+	defaults := map[string]string{
+		groupconfig.SessionTimeout:    strconv.FormatInt(d.SessionTimeout.Milliseconds(), 10),
+		groupconfig.HeartbeatInterval: strconv.FormatInt(d.HeartbeatInterval.Milliseconds(), 10),
+	}
+	for _, name := range groupconfig.Names() {
+		if rr.ConfigNames != nil && !slices.Contains(rr.ConfigNames, name) {
+			continue
+		}
+		rc := kmsg.NewDescribeConfigsResponseResourceConfig()
+		def := kmsg.DescribeConfigsResponseResourceConfigConfigSynonym{Name: "group." + name, Value: kmsg.StringPtr(defaults[name]),
+			Source: kmsg.ConfigSourceDefaultConfig}
+		rc.Name, rc.Value, rc.Source, rc.IsDefault = name, kmsg.StringPtr(defaults[name]), kmsg.ConfigSourceDefaultConfig, true
+		var syn []kmsg.DescribeConfigsResponseResourceConfigConfigSynonym
+		if v, ok := set[name]; ok {
+			rc.Value, rc.Source, rc.IsDefault = kmsg.StringPtr(v), kmsg.ConfigSourceGroupConfig, false
+			syn = append(syn, kmsg.DescribeConfigsResponseResourceConfigConfigSynonym{Name: name, Value: kmsg.StringPtr(v), Source: rc.Source})
+		}
+		if r.Version >= 1 && r.IncludeSynonyms {
+			rc.ConfigSynonyms = append(syn, def)
+		}
+		if r.Version >= 3 {
+			rc.ConfigType = kmsg.ConfigTypeInt
+		}
+		res.Configs = append(res.Configs, rc)
+	}
+	return nil
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/kaas-dev/kaas/internal/coord"
 	"github.com/kaas-dev/kaas/internal/fsutil"
+	"github.com/kaas-dev/kaas/internal/groupconfig"
 	"github.com/kaas-dev/kaas/internal/metrics"
 	"github.com/kaas-dev/kaas/internal/storage"
 	"github.com/kaas-dev/kaas/internal/topics"
@@ -81,6 +82,9 @@ type Config struct {
 	// Metrics records requests, connections and durable writes; nil
 	// records nothing.
 	Metrics *metrics.Broker
+	// GroupConfigs holds the configs set on groups; nil: the broker opens
+	// the volume's (node shares one with the coordinator).
+	GroupConfigs *groupconfig.Store
 	// Now is the clock (tests inject); nil is time.Now.
 	Now func() time.Time
 }
@@ -166,14 +170,17 @@ func (s single) Leader(string, int32) (int32, int32, bool) {
 
 // Broker is one kaas broker.
 type Broker struct {
-	cfg       Config
-	log       *slog.Logger
-	topics    *topics.Registry
-	coord     *coord.Coordinator
-	txn       *txn.Coordinator
-	peers     peers
-	clusterID string
-	pids      *pidAllocator
+	cfg    Config
+	log    *slog.Logger
+	topics *topics.Registry
+	coord  *coord.Coordinator
+	txn    *txn.Coordinator
+	peers  peers
+	// groupConfigs holds the configs set on groups (IncrementalAlterConfigs,
+	// DescribeConfigs of GROUP resources).
+	groupConfigs *groupconfig.Store
+	clusterID    string
+	pids         *pidAllocator
 
 	srvMu sync.Mutex // guards srv
 	srv   *server
@@ -230,10 +237,13 @@ func New(cfg Config) (*Broker, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Broker{
-		cfg: cfg, log: log, topics: reg, clusterID: cid,
+		cfg: cfg, log: log, topics: reg, clusterID: cid, groupConfigs: cfg.GroupConfigs,
 		pids:  newPIDAllocator(volume.ProducerIDsDir(cfg.DataDir), cfg.ID),
 		parts: map[tp]*partition{}, opening: map[tp]chan struct{}{},
 		ctx: ctx, cancel: cancel, closing: make(chan struct{}),
+	}
+	if b.groupConfigs == nil {
+		b.groupConfigs = groupconfig.Open(cfg.DataDir)
 	}
 	if b.cfg.Cluster == nil {
 		b.cfg.Cluster = single{b}

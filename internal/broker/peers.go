@@ -25,6 +25,11 @@ type peers struct {
 	clients map[string]*kgo.Client
 }
 
+// peerClientID is the client id of broker-to-broker requests: a request
+// forwarded to the controller that finds no controller there is answered
+// NOT_CONTROLLER, never forwarded again.
+const peerClientID = "kaas-peer"
+
 func (p *peers) request(ctx context.Context, addr string, req kmsg.Request) (kmsg.Response, error) {
 	p.mu.Lock()
 	if p.clients == nil {
@@ -33,7 +38,7 @@ func (p *peers) request(ctx context.Context, addr string, req kmsg.Request) (kms
 	cl, ok := p.clients[addr]
 	if !ok {
 		var err error
-		cl, err = kgo.NewClient(kgo.SeedBrokers(addr), kgo.RequestRetries(0), kgo.DialTimeout(3*time.Second))
+		cl, err = kgo.NewClient(kgo.SeedBrokers(addr), kgo.RequestRetries(0), kgo.DialTimeout(3*time.Second), kgo.ClientID(peerClientID))
 		if err != nil {
 			p.mu.Unlock()
 			return nil, err

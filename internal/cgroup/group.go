@@ -60,8 +60,9 @@ func (m *member) static() bool { return m.instanceID != "" }
 // Group is one KIP-848 consumer group. Create it with New; feed it one
 // input at a time.
 type Group struct {
-	id  string
-	cfg Config
+	id   string
+	cfg  Config // base with the group's own timeouts (SetTimeouts)
+	base Config // the broker's settings
 
 	epoch       int32 // group epoch: grows when membership, subscriptions or their topics change
 	targetEpoch int32 // the epoch the target assignment was computed for
@@ -75,8 +76,23 @@ type Group struct {
 
 // New returns an empty group at epoch 0.
 func New(id string, cfg Config) *Group {
-	return &Group{id: id, cfg: cfg.withDefaults(), target: map[string]map[TP]struct{}{},
+	cfg = cfg.WithDefaults()
+	return &Group{id: id, cfg: cfg, base: cfg, target: map[string]map[TP]struct{}{},
 		members: map[string]*member{}, static: map[string]string{}}
+}
+
+// SetTimeouts applies the group's own consumer.session.timeout.ms and
+// consumer.heartbeat.interval.ms (its GROUP configs); 0 keeps the broker's.
+// As on Kafka, they take effect at each member's next heartbeat: the
+// heartbeat interval it is told, the session deadline that heartbeat sets.
+func (g *Group) SetTimeouts(session, heartbeat time.Duration) {
+	g.cfg.SessionTimeout, g.cfg.HeartbeatInterval = g.base.SessionTimeout, g.base.HeartbeatInterval
+	if session > 0 {
+		g.cfg.SessionTimeout = session
+	}
+	if heartbeat > 0 {
+		g.cfg.HeartbeatInterval = heartbeat
+	}
 }
 
 // ID is the group id.

@@ -556,3 +556,35 @@ func TestTransactionalCommitWithoutGroupMetadata(t *testing.T) {
 		t.Fatalf("commit with epoch -1 to an Empty group: %v", code)
 	}
 }
+
+// TestGroupTimeoutsApplyAtTheNextHeartbeat: a group's own session timeout
+// and heartbeat interval (its GROUP configs) replace the broker's at the
+// next heartbeat: the interval the member is told and the deadline that
+// heartbeat sets; cleared, the broker's apply again.
+func TestGroupTimeoutsApplyAtTheNextHeartbeat(t *testing.T) {
+	f := newFixture(t)
+	r := f.ok(f.joinIn("m-a", "a"))
+	if r.HeartbeatIntervalMs != 5000 {
+		t.Fatalf("interval %d, want the broker's 5000", r.HeartbeatIntervalMs)
+	}
+	f.g.SetTimeouts(50*time.Second, 6*time.Second)
+	r = f.ok(steady("m-a", r.MemberEpoch, r.Assignment))
+	if r.HeartbeatIntervalMs != 6000 {
+		t.Fatalf("interval %d, want the group's 6000", r.HeartbeatIntervalMs)
+	}
+	f.now = f.now.Add(46 * time.Second) // past the broker's 45 s, within the group's 50 s
+	f.g.Expire(f.now, f.im)
+	if f.g.Members() != 1 {
+		t.Fatal("the member expired at the broker's session timeout, not the group's")
+	}
+	f.g.SetTimeouts(0, 0)
+	r = f.ok(steady("m-a", r.MemberEpoch, r.Assignment))
+	if r.HeartbeatIntervalMs != 5000 {
+		t.Fatalf("interval %d after the group's configs were cleared, want 5000", r.HeartbeatIntervalMs)
+	}
+	f.now = f.now.Add(45 * time.Second)
+	f.g.Expire(f.now, f.im)
+	if !f.g.Empty() {
+		t.Fatal("the member outlived the broker's session timeout once the group's was cleared")
+	}
+}

@@ -85,7 +85,8 @@ func DefaultConfig() Config {
 	}
 }
 
-func (c Config) withDefaults() Config {
+// WithDefaults fills what c leaves unset with Kafka's defaults.
+func (c Config) WithDefaults() Config {
 	d := DefaultConfig()
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = d.HeartbeatInterval

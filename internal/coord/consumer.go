@@ -258,6 +258,10 @@ func (c *Coordinator) ConsumerHeartbeat(ctx context.Context, groupID string, in 
 	if fresh {
 		g = c.newConsumer(s)
 	}
+	if c.cfg.GroupConfigs != nil {
+		o := c.cfg.GroupConfigs.Overrides(groupID)
+		g.core.SetTimeouts(o.SessionTimeout, o.HeartbeatInterval)
+	}
 	res, out := g.core.Heartbeat(c.cfg.Now(), c.image(), in)
 	if fresh {
 		if !out.Persist { // refused: nothing was created

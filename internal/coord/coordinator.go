@@ -15,6 +15,7 @@ import (
 	"github.com/kaas-dev/kaas/internal/cgroup"
 	"github.com/kaas-dev/kaas/internal/cluster"
 	"github.com/kaas-dev/kaas/internal/group"
+	"github.com/kaas-dev/kaas/internal/groupconfig"
 	"github.com/kaas-dev/kaas/internal/metrics"
 	"github.com/kaas-dev/kaas/internal/offsets"
 	"github.com/kaas-dev/kaas/internal/volume"
@@ -56,6 +57,11 @@ type Config struct {
 	Group group.Config
 	// Consumer configures every consumer (KIP-848) group's state machine.
 	Consumer cgroup.Config
+	// GroupConfigs holds the configs set on single groups (Kafka's GROUP
+	// config resource), applied at each ConsumerGroupHeartbeat; nil: none.
+	GroupConfigs interface {
+		Overrides(group string) groupconfig.Overrides
+	}
 	// Fresh reports whether this broker's view of the assignment is recent
 	// enough to act on: its liveness report and an assignment poll after it
 	// succeeded within the bound that keeps the controller from having
@@ -172,6 +178,10 @@ func (c *Coordinator) Close() error {
 	return c.store.Close()
 }
 
+// ConsumerDefaults are the broker's settings for consumer (KIP-848)
+// groups, Kafka's defaults filled in.
+func (c *Coordinator) ConsumerDefaults() cgroup.Config { return c.cfg.Consumer }
+
 // New returns a Coordinator with the permissive bootstrap source.
 func New(cfg Config) *Coordinator {
 	if cfg.Logger == nil {
@@ -183,6 +193,7 @@ func New(cfg Config) *Coordinator {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	cfg.Consumer = cfg.Consumer.WithDefaults()
 	return &Coordinator{
 		cfg: cfg, log: cfg.Logger, store: cfg.Store,
 		own:    NewOwnership(cfg.Me, Local{Self: cfg.Self, Standalone: cfg.Standalone}),

@@ -278,12 +278,33 @@ func TestKafkaTransactions(t *testing.T) {
 }
 
 // TestKafkaConfigs: kafka-configs describes a topic's configs as set at
-// creation.
+// creation, and sets, describes and deletes a group's configs (KIP-848's
+// GROUP resource) with the output Kafka 4.4 prints.
 func TestKafkaConfigs(t *testing.T) {
 	c, _ := start(t)
 	tool(t, c, "", topicsTool, "--create", "--topic", "logs", "--partitions", "1", "--config", "cleanup.policy=compact")
 	out := tool(t, c, "", configsTool, "--describe", "--entity-type", "topics", "--entity-name", "logs")
 	if !strings.Contains(out, "Dynamic configs for topic logs are:") || !strings.Contains(out, "cleanup.policy=compact") {
 		t.Fatalf("describe: %q, want cleanup.policy=compact", out)
+	}
+
+	group := []string{"--entity-type", "groups", "--entity-name", "billing"}
+	out = tool(t, c, "", configsTool, append([]string{"--alter", "--add-config", "consumer.heartbeat.interval.ms=6000,consumer.session.timeout.ms=50000"}, group...)...)
+	if !strings.Contains(out, "Completed updating config for group billing.") {
+		t.Fatalf("alter: %q", out)
+	}
+	out = tool(t, c, "", configsTool, append([]string{"--describe"}, group...)...)
+	for _, want := range []string{"Dynamic configs for group billing are:",
+		"consumer.heartbeat.interval.ms=6000 sensitive=false synonyms={DYNAMIC_GROUP_CONFIG:consumer.heartbeat.interval.ms=6000, DEFAULT_CONFIG:group.consumer.heartbeat.interval.ms=5000}",
+		"consumer.session.timeout.ms=50000 sensitive=false synonyms={DYNAMIC_GROUP_CONFIG:consumer.session.timeout.ms=50000, DEFAULT_CONFIG:group.consumer.session.timeout.ms=45000}"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("describe group: %q, want %q", out, want)
+		}
+	}
+	tool(t, c, "", configsTool, append([]string{"--alter", "--delete-config", "consumer.session.timeout.ms"}, group...)...)
+	out = tool(t, c, "", configsTool, append([]string{"--describe", "--all"}, group...)...)
+	if !strings.Contains(out, "All configs for group billing are:") || !strings.Contains(out, "consumer.session.timeout.ms=45000 sensitive=false synonyms={DEFAULT_CONFIG:group.consumer.session.timeout.ms=45000}") ||
+		!strings.Contains(out, "consumer.heartbeat.interval.ms=6000") {
+		t.Fatalf("describe --all after deleting the session timeout: %q", out)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/kaas-dev/kaas/internal/coord"
 	"github.com/kaas-dev/kaas/internal/fsutil"
 	"github.com/kaas-dev/kaas/internal/group"
+	"github.com/kaas-dev/kaas/internal/groupconfig"
 	"github.com/kaas-dev/kaas/internal/metrics"
 	"github.com/kaas-dev/kaas/internal/offsets"
 	"github.com/kaas-dev/kaas/internal/volume"
@@ -126,8 +127,11 @@ func Start(cfg Config) (*Node, error) {
 	if deadAfter <= 0 {
 		deadAfter = 3 * time.Second
 	}
+	gcs := groupconfig.Open(bc.DataDir)
+	bc.GroupConfigs = gcs
 	co := coord.New(coord.Config{Me: Name(bc.ID), Self: coord.Broker{ID: Name(bc.ID), NodeID: bc.ID},
 		Store: store, Logger: log, Now: bc.Now, Group: gc, Consumer: consumerConfig(cfg.Consumer), Retention: cfg.OffsetsRetention,
+		GroupConfigs: gcs,
 		Fresh: func() bool {
 			rt := rtp.Load()
 			return rt != nil && rt.Fresh()

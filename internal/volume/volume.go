@@ -14,6 +14,7 @@
 //	<data>/__cluster/__consumer_offsets/ one file per group (docs/offsets.md)
 //	<data>/__cluster/transactions/       one file per transactional id (docs/transactions.md)
 //	<data>/__cluster/producer-ids/       producer-id blocks
+//	<data>/__cluster/group-configs.json  per-group configs (docs/cgroup.md)
 package volume
 
 import (
@@ -54,6 +55,11 @@ func OffsetsDir(data string) string { return filepath.Join(ClusterDir(data), "__
 
 // TransactionsDir holds one file per transactional id.
 func TransactionsDir(data string) string { return filepath.Join(ClusterDir(data), "transactions") }
+
+// GroupConfigsPath is <data>/__cluster/group-configs.json.
+func GroupConfigsPath(data string) string {
+	return filepath.Join(ClusterDir(data), "group-configs.json")
+}
 
 // ProducerIDsDir holds the producer-id blocks.
 func ProducerIDsDir(data string) string { return filepath.Join(ClusterDir(data), "producer-ids") }

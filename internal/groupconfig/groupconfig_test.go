@@ -1,0 +1,101 @@
+package groupconfig
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kaas-dev/kaas/internal/volume"
+)
+
+// TestValidateAsKafka: Kafka's bounds (45-60 s, 5-15 s by default,
+// widened to hold the broker's own default) and messages; Kafka's other
+// group configs are refused with the reason, unknown names as unknown.
+func TestValidateAsKafka(t *testing.T) {
+	b := BoundsFor(45*time.Second, 5*time.Second)
+	for _, c := range []struct{ name, value, err string }{
+		{HeartbeatInterval, "6000", ""},
+		{HeartbeatInterval, "1000", "consumer.heartbeat.interval.ms must be in the range 5000 to 15000 inclusive."},
+		{SessionTimeout, "70000", "consumer.session.timeout.ms must be in the range 45000 to 60000 inclusive."},
+		{SessionTimeout, "50000", ""},
+		{SessionTimeout, "5s", "Invalid value 5s for configuration consumer.session.timeout.ms"},
+		{"foo", "1", "Unknown group config name: foo"},
+		{"share.session.timeout.ms", "50000", "kaas serves no share or streams groups"},
+	} {
+		err := b.Validate(c.name, c.value)
+		if c.err == "" && err != nil || c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err) || !errors.Is(err, ErrInvalid)) {
+			t.Errorf("%s=%s: %v, want %q", c.name, c.value, err, c.err)
+		}
+	}
+	if err := BoundsFor(10*time.Second, time.Second).Validate(SessionTimeout, "10000"); err != nil {
+		t.Errorf("a broker default below Kafka's minimum is refused on a group: %v", err)
+	}
+}
+
+// TestAlterIsDurableAndSeenByAnotherStore: Alter writes the file, another
+// broker's store reads it, DELETE restores the default, validateOnly
+// writes nothing, and one refused op refuses them all.
+func TestAlterIsDurableAndSeenByAnotherStore(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(volume.ClusterDir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b := BoundsFor(45*time.Second, 5*time.Second)
+	w, r := Open(dir), Open(dir)
+	if err := w.Alter("g", []Op{{Name: HeartbeatInterval, Value: "6000"}, {Name: SessionTimeout, Value: "50000"}}, b, false); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Get("g")
+	if err != nil || got[HeartbeatInterval] != "6000" || got[SessionTimeout] != "50000" {
+		t.Fatalf("the other store reads %v, %v", got, err)
+	}
+	if err := w.Alter("g", []Op{{Name: HeartbeatInterval, Value: "7000"}, {Name: "foo", Value: "1"}}, b, false); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("an unknown name beside a valid one: %v", err)
+	}
+	if err := w.Alter("g", []Op{{Name: HeartbeatInterval, Value: "8000"}}, b, true); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := r.Get("g"); got[HeartbeatInterval] != "6000" {
+		t.Fatalf("a refused or validate-only alter changed the file: %v", got)
+	}
+	if err := w.Alter("g", []Op{{Name: SessionTimeout, Op: 1}}, b, false); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := r.Get("g"); got[SessionTimeout] != "" || got[HeartbeatInterval] != "6000" {
+		t.Fatalf("after DELETE of the session timeout: %v", got)
+	}
+	if err := w.Alter("g", []Op{{Name: HeartbeatInterval, Op: 2, Value: "1"}}, b, false); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("APPEND on a single-valued config: %v", err)
+	}
+}
+
+// TestOverridesFollowTheFileWithoutWaitingOnIt: Overrides answers from
+// memory and picks up another broker's change once its values are older
+// than maxAge (re-read in the background).
+func TestOverridesFollowTheFileWithoutWaitingOnIt(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(volume.ClusterDir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b := BoundsFor(45*time.Second, 5*time.Second)
+	r := Open(dir)
+	clock := time.Unix(1_700_000_000, 0)
+	r.now, r.read = func() time.Time { return clock }, clock
+	if o := r.Overrides("g"); o != (Overrides{}) {
+		t.Fatalf("no file: %+v", o)
+	}
+	if err := Open(dir).Alter("g", []Op{{Name: HeartbeatInterval, Value: "6000"}}, b, false); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(2 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
+	for r.Overrides("g").HeartbeatInterval != 6*time.Second {
+		if time.Now().After(deadline) {
+			t.Fatal("the other broker's change was never read")
+		}
+		clock = clock.Add(2 * time.Second)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
