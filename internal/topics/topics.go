@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -117,18 +118,21 @@ type Registry struct {
 	dir string
 	log *slog.Logger
 
-	mu     sync.RWMutex // guards byName, byID, stamps, listed
+	mu     sync.RWMutex // guards byName, byID, stamps, listed, gen
 	byName map[string]*Topic
 	byID   map[ID]*Topic
-	stamps map[string]stamp // identity of each file as last read
+	stamps map[string]fsutil.Version // each file as last read: a rewrite by CreatePartitions (a rename, a new inode) has another
 	listed time.Time
+	gen    uint64 // grows whenever a topic is added, removed or changed
 }
 
-// stamp identifies one version of a topic file (a rewrite by CreatePartitions
-// replaces it by rename).
-type stamp struct {
-	mod  time.Time
-	size int64
+// Gen grows whenever the registry's topics change (created, deleted,
+// grown, or a file rewritten by another broker): what is derived from
+// All can be kept until it moves.
+func (r *Registry) Gen() uint64 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.gen
 }
 
 // Open returns the registry rooted at <dataDir>/__cluster/topics.
@@ -140,7 +144,7 @@ func Open(dataDir string, log *slog.Logger) (*Registry, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Registry{dir: dir, log: log, byName: map[string]*Topic{}, byID: map[ID]*Topic{}, stamps: map[string]stamp{}}
+	r := &Registry{dir: dir, log: log, byName: map[string]*Topic{}, byID: map[ID]*Topic{}, stamps: map[string]fsutil.Version{}}
 	r.removeStaleStaging(time.Now())
 	if err := r.Refresh(); err != nil {
 		return nil, err
@@ -194,7 +198,7 @@ func (r *Registry) Refresh() error {
 	}
 	byName := make(map[string]*Topic, len(ents))
 	byID := make(map[ID]*Topic, len(ents))
-	stamps := make(map[string]stamp, len(ents))
+	stamps := make(map[string]fsutil.Version, len(ents))
 	r.mu.RLock()
 	old, oldStamps := r.byName, r.stamps
 	r.mu.RUnlock()
@@ -211,7 +215,7 @@ func (r *Registry) Refresh() error {
 		if ierr != nil {
 			continue // removed meanwhile
 		}
-		st := stamp{info.ModTime(), info.Size()}
+		st := fsutil.VersionOf(info)
 		t := old[name]
 		if t == nil || oldStamps[name] != st {
 			if t, err = r.read(name); err != nil {
@@ -226,6 +230,9 @@ func (r *Registry) Refresh() error {
 		stamps[name] = st
 	}
 	r.mu.Lock()
+	if !maps.Equal(stamps, r.stamps) {
+		r.gen++
+	}
 	r.byName, r.byID, r.stamps, r.listed = byName, byID, stamps, time.Now()
 	r.mu.Unlock()
 	return nil
@@ -270,6 +277,7 @@ func (r *Registry) Get(name string) (*Topic, bool) {
 	r.mu.Lock()
 	r.byName[name] = t
 	r.byID[t.ID] = t
+	r.gen++
 	r.mu.Unlock()
 	return t, true
 }
@@ -337,6 +345,7 @@ func (r *Registry) Create(name string, partitions int32, configs map[string]stri
 	r.mu.Lock()
 	r.byName[name] = t
 	r.byID[t.ID] = t
+	r.gen++
 	r.mu.Unlock()
 	return t, nil
 }
@@ -359,6 +368,7 @@ func (r *Registry) Delete(name string) (*Topic, error) {
 	r.mu.Lock()
 	delete(r.byName, name)
 	delete(r.byID, t.ID)
+	r.gen++
 	r.mu.Unlock()
 	return t, nil
 }
@@ -423,6 +433,7 @@ func (r *Registry) Grow(name string, count int32, validateOnly bool) (*Topic, er
 	r.mu.Lock()
 	r.byName[name] = &grown
 	r.byID[grown.ID] = &grown
+	r.gen++
 	r.mu.Unlock()
 	return &grown, nil
 }

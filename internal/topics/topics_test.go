@@ -118,3 +118,77 @@ func FuzzTopicFile(f *testing.F) {
 		}
 	})
 }
+
+// TestGenMovesOnlyWhenTopicsChange: Gen grows when this registry creates,
+// grows or deletes a topic and when a refresh finds another broker's
+// change, and stays put across refreshes that find none (the consumer
+// groups' topic image is rebuilt only when it moves).
+func TestGenMovesOnlyWhenTopicsChange(t *testing.T) {
+	dir := t.TempDir()
+	a, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(what string, fn func() error, moves bool) {
+		t.Helper()
+		before := b.Gen()
+		if err := fn(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if err := b.Refresh(); err != nil {
+			t.Fatal(err)
+		}
+		if moved := b.Gen() != before; moved != moves {
+			t.Fatalf("%s: gen %d → %d, want moved=%v", what, before, b.Gen(), moves)
+		}
+	}
+	step("a creates", func() error { _, err := a.Create("t1", 2, nil, false); return err }, true)
+	step("nothing", func() error { return nil }, false)
+	step("a grows", func() error { _, err := a.Grow("t1", 3, false); return err }, true)
+	step("nothing", func() error { return nil }, false)
+	step("b deletes", func() error { _, err := b.Delete("t1"); return err }, true)
+	step("nothing", func() error { return nil }, false)
+}
+
+// TestAGrowByAnotherBrokerIsSeenAtTheNextRefresh: CreatePartitions
+// rewrites the topic's file by rename; a broker that read the old file
+// must see the new count at its next refresh even when the new file has
+// the old one's size and modification time (a coarse file-system clock:
+// one tick, or one second on some NFS servers). It kept the old count.
+func TestAGrowByAnotherBrokerIsSeenAtTheNextRefresh(t *testing.T) {
+	dir := t.TempDir()
+	a, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Create("t1", 2, nil, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(a.path("t1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Grow("t1", 3, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(a.path("t1"), fi.ModTime(), fi.ModTime()); err != nil { // the same clock tick
+		t.Fatal(err)
+	}
+	if err := b.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := b.Get("t1"); !ok || got.Partitions != 3 {
+		t.Fatalf("after another broker grew t1 to 3 partitions, this one reads %+v", got)
+	}
+}
