@@ -25,13 +25,23 @@ func init() {
 
 // consumerImage is the topics consumer groups assign: every topic of the
 // registry with its id and partition count.
+// It is made again only when the registry changed (topics.Registry.Gen):
+// a group hashes its subscribed topics only for a new image, and a
+// heartbeat of a 100-member group must not rebuild every topic's entry.
 func (b *Broker) consumerImage() *cgroup.Image {
+	gen := b.topics.Gen() // before All: a change in between makes the next call build again
+	b.imageMu.Lock()
+	defer b.imageMu.Unlock()
+	if b.image != nil && b.imageGen == gen {
+		return b.image
+	}
 	all := b.topics.All()
 	ts := make([]cgroup.Topic, 0, len(all))
 	for _, t := range all {
 		ts = append(ts, cgroup.Topic{Name: t.Name, ID: cgroup.TopicID(t.ID), Partitions: t.Partitions})
 	}
-	return cgroup.NewImage(ts...)
+	b.image, b.imageGen = cgroup.NewImage(ts...), gen
+	return b.image
 }
 
 func (b *Broker) handleConsumerGroupHeartbeat(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {

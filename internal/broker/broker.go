@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kaas-dev/kaas/internal/cgroup"
 	"github.com/kaas-dev/kaas/internal/coord"
 	"github.com/kaas-dev/kaas/internal/fsutil"
 	"github.com/kaas-dev/kaas/internal/groupconfig"
@@ -176,6 +177,11 @@ type Broker struct {
 	coord  *coord.Coordinator
 	txn    *txn.Coordinator
 	peers  peers
+	// image is the consumer groups' view of the topics as of registry
+	// generation imageGen (consumerImage).
+	imageMu  sync.Mutex // guards image, imageGen
+	image    *cgroup.Image
+	imageGen uint64
 	// groupConfigs holds the configs set on groups (IncrementalAlterConfigs,
 	// DescribeConfigs of GROUP resources).
 	groupConfigs *groupconfig.Store

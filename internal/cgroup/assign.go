@@ -54,74 +54,79 @@ func assignRange(subs map[string][]string, im *Image) map[string]map[TP]struct{}
 // each partition where the previous target had it whenever balance
 // permits (Kafka's uniform assignor has the same two goals).
 func assignUniform(subs map[string][]string, prev map[string]map[TP]struct{}, im *Image) map[string]map[TP]struct{} {
+	// Members are indices into the sorted ids, partitions indices into
+	// all: the balancing below looks at every member for every partition
+	// on each pass, and a 100-member group joining one by one computes
+	// 100 targets.
 	ids := make([]string, 0, len(subs))
 	for id := range subs {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	eligible := map[TopicID]map[string]bool{}
+	topicOf := map[TopicID]int{}
+	var eligible [][]bool // by topic index, then member index
 	var all []TP
-	names := map[string]bool{}
-	for _, id := range ids {
+	for i, id := range ids {
 		for _, n := range subs[id] {
 			t, ok := im.ByName(n)
 			if !ok {
 				continue
 			}
-			if eligible[t.ID] == nil {
-				eligible[t.ID] = map[string]bool{}
-			}
-			eligible[t.ID][id] = true
-			if !names[n] {
-				names[n] = true
+			ti, seen := topicOf[t.ID]
+			if !seen {
+				ti = len(eligible)
+				topicOf[t.ID] = ti
+				eligible = append(eligible, make([]bool, len(ids)))
 				for p := int32(0); p < t.Partitions; p++ {
 					all = append(all, TP{t.ID, p})
 				}
 			}
+			eligible[ti][i] = true
 		}
 	}
 	sortTPs(all)
-	out := map[string]map[TP]struct{}{}
-	for _, id := range ids {
-		out[id] = map[TP]struct{}{}
+	at := make(map[TP]int, len(all))
+	topic := make([]int, len(all)) // each partition's topic index
+	owner := make([]int, len(all)) // each partition's member index, -1: none
+	for k, tp := range all {
+		at[tp], topic[k], owner[k] = k, topicOf[tp.Topic], -1
 	}
-	owner := map[TP]string{}
+	count := make([]int, len(ids))
 	// Sticky: keep what the previous target gave, where still valid.
-	for _, id := range ids {
+	for i, id := range ids {
 		kept := make([]TP, 0, len(prev[id]))
 		for tp := range prev[id] {
 			kept = append(kept, tp)
 		}
 		sortTPs(kept)
 		for _, tp := range kept {
-			t, ok := im.ByID(tp.Topic)
-			if !ok || tp.Partition >= t.Partitions || !eligible[tp.Topic][id] || owner[tp] != "" {
+			k, ok := at[tp] // a partition of a topic the member subscribes to, in the image
+			if !ok || !eligible[topic[k]][i] || owner[k] >= 0 {
 				continue
 			}
-			owner[tp] = id
-			out[id][tp] = struct{}{}
+			owner[k] = i
+			count[i]++
 		}
 	}
-	least := func(tp TP, than int) string {
-		best := ""
-		for _, id := range ids {
-			if !eligible[tp.Topic][id] {
-				continue
-			}
-			if n := len(out[id]); n < than && (best == "" || n < len(out[best])) {
-				best = id
+	// least is the eligible member with the fewest partitions, fewer than
+	// than; the first in id order on a tie; -1 when none.
+	least := func(k, than int) int {
+		best := -1
+		for i, ok := range eligible[topic[k]] {
+			if ok && count[i] < than && (best < 0 || count[i] < count[best]) {
+				best = i
 			}
 		}
 		return best
 	}
 	// New partitions go to the least loaded eligible member.
-	for _, tp := range all {
-		if owner[tp] != "" {
+	for k := range all {
+		if owner[k] >= 0 {
 			continue
 		}
-		if id := least(tp, int(^uint(0)>>1)); id != "" {
-			owner[tp] = id
-			out[id][tp] = struct{}{}
+		if i := least(k, int(^uint(0)>>1)); i >= 0 {
+			owner[k] = i
+			count[i]++
 		}
 	}
 	// Balance: move a partition from a member to an eligible one with at
@@ -129,20 +134,29 @@ func assignUniform(subs map[string][]string, prev map[string]map[TP]struct{}, im
 	// squares, so this ends).
 	for range len(all) * (len(ids) + 1) {
 		moved := false
-		for _, tp := range all {
-			from := owner[tp]
-			if from == "" {
+		for k := range all {
+			from := owner[k]
+			if from < 0 {
 				continue
 			}
-			if to := least(tp, len(out[from])-1); to != "" && to != from {
-				delete(out[from], tp)
-				out[to][tp] = struct{}{}
-				owner[tp] = to
+			if to := least(k, count[from]-1); to >= 0 && to != from {
+				owner[k] = to
+				count[from]--
+				count[to]++
 				moved = true
 			}
 		}
 		if !moved {
 			break
+		}
+	}
+	out := make(map[string]map[TP]struct{}, len(ids))
+	for i, id := range ids {
+		out[id] = make(map[TP]struct{}, count[i])
+	}
+	for k, tp := range all {
+		if owner[k] >= 0 {
+			out[ids[owner[k]]][tp] = struct{}{}
 		}
 	}
 	return out

@@ -72,6 +72,11 @@ type Group struct {
 	// metaHash is a hash of the subscribed topics (names, ids, partition
 	// counts) the group epoch was last computed for.
 	metaHash uint64
+	// hashImage and hashEpoch are the image and epoch metaHash was last
+	// checked at (an image is immutable: the broker makes a new one when
+	// a topic changes).
+	hashImage *Image
+	hashEpoch int32
 }
 
 // New returns an empty group at epoch 0.
@@ -262,11 +267,17 @@ func (g *Group) subscriptionHash(im *Image) uint64 {
 // maybeAssign bumps the group epoch when the subscribed topics changed and
 // computes a new target assignment when the group epoch moved past it.
 func (g *Group) maybeAssign(im *Image, out *Output) {
-	if h := g.subscriptionHash(im); h != g.metaHash {
-		g.metaHash = h
-		if len(g.members) > 0 && g.targetEpoch == g.epoch {
-			g.bump(out, "subscribed topics changed")
+	// Every change of a member or its subscription bumps the epoch, so the
+	// hash can only differ from the last one computed when the image or
+	// the epoch did.
+	if im != g.hashImage || g.epoch != g.hashEpoch {
+		if h := g.subscriptionHash(im); h != g.metaHash {
+			g.metaHash = h
+			if len(g.members) > 0 && g.targetEpoch == g.epoch {
+				g.bump(out, "subscribed topics changed")
+			}
 		}
+		g.hashImage, g.hashEpoch = im, g.epoch
 	}
 	if g.targetEpoch == g.epoch {
 		return

@@ -122,7 +122,9 @@ type Topic struct {
 	Partitions int32
 }
 
-// Image is the shell's view of the topics when an input arrives.
+// Image is the shell's view of the topics when an input arrives. It is
+// never changed once made: a group remembers the image it last hashed by
+// pointer, so a topic change must come as a new Image.
 type Image struct {
 	byName map[string]Topic
 	byID   map[TopicID]Topic

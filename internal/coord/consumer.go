@@ -39,6 +39,9 @@ type consumerGroup struct {
 	brokenErr error
 	// seenEpoch is the last group epoch counted in the metrics.
 	seenEpoch int32
+	// pending is the snapshot write scheduled and not yet taken: a change
+	// joins it instead of writing its own (apply).
+	pending *snapshotWrite
 }
 
 // SetTopics gives the coordinator the topics consumer groups assign (the
@@ -107,18 +110,66 @@ func (g *consumerGroup) apply(out cgroup.Output) func(context.Context) error {
 	if !out.Persist {
 		return nil
 	}
-	g.noteRetention()
-	g.c.hook("membership", g.s.id)
-	data, err := json.Marshal(g.core.Snapshot())
-	if err != nil {
-		return func(context.Context) error { return err }
+	p := g.pending
+	if p == nil {
+		p = &snapshotWrite{done: make(chan struct{})}
+		g.pending = p
+		g.c.bg.Add(1)
+		go g.write(p)
 	}
-	mem := &offsets.Membership{ProtocolType: "consumer", Generation: g.core.Epoch(), Consumer: data}
-	wait, err := g.c.store.SetMembership(g.s.id, g.c.owner(g.s.id), mem)
-	if err != nil {
-		return func(context.Context) error { return err }
+	return func(ctx context.Context) error {
+		select {
+		case <-p.done:
+			return p.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	return wait
+}
+
+// snapshotWrite is one durable write of a group's snapshot, shared by every
+// change made before it was taken: a burst of heartbeats of a large group
+// (a hundred members joining, each bumping the epoch) is one snapshot and
+// one write, not one each.
+type snapshotWrite struct {
+	done chan struct{} // closed once the write landed or failed
+	err  error         // its outcome, once done is closed
+}
+
+// write takes the group's snapshot as it is once this goroutine holds the
+// lock, which includes every change made before p was scheduled and those
+// made while it waited, queues it, and reports the write's outcome to all
+// that wait on p. A group dropped meanwhile (moved away, deleted, or a
+// failed write) writes nothing: its waiters get the reason.
+func (g *consumerGroup) write(p *snapshotWrite) {
+	defer g.c.bg.Done()
+	s := g.s
+	s.mu.Lock()
+	if g.pending == p {
+		g.pending = nil // later changes schedule the next write
+	}
+	var wait func(context.Context) error
+	switch {
+	case g.broken:
+		err := g.brokenErr
+		wait = func(context.Context) error { return err }
+	case s.consumer != g || s.gone:
+		wait = func(context.Context) error { return ErrNotCoordinator }
+	default:
+		g.noteRetention()
+		g.c.hook("membership", s.id)
+		data, err := json.Marshal(g.core.Snapshot())
+		if err == nil {
+			mem := &offsets.Membership{ProtocolType: "consumer", Generation: g.core.Epoch(), Consumer: data}
+			wait, err = g.c.store.SetMembership(s.id, g.c.owner(s.id), mem)
+		}
+		if err != nil {
+			wait = func(context.Context) error { return err }
+		}
+	}
+	s.mu.Unlock()
+	p.err = wait(context.Background())
+	close(p.done)
 }
 
 // noteRetention records the protocol type, when the group became Empty and

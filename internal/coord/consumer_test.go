@@ -2,6 +2,7 @@ package coord
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 
@@ -93,5 +94,67 @@ func TestConsumerGroupMovesWithItsEpochs(t *testing.T) {
 	// The replaced owner cannot write the group any more.
 	if _, err := a.ConsumerHeartbeat(ctx, g, consumerBeat("m1", 1, nil)); !errors.Is(err, ErrNotCoordinator) {
 		t.Fatalf("heartbeat at the replaced owner: %v", err)
+	}
+}
+
+// TestConsumerChangesShareOneSnapshotWrite: changes made while a snapshot
+// write is scheduled and not yet taken join it (one write, both answers
+// wait for it), and what lands holds the last of them; a group moved away
+// before the write is taken writes nothing and its waiters are told
+// NOT_COORDINATOR.
+func TestConsumerChangesShareOneSnapshotWrite(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	g := "coalesced-848"
+	v1 := assignment(1, 2, nil, map[string]string{g: "kaas-0"})
+	a := newOwner(t, dir, "kaas-0", v1)
+	a.SetTopics(consumerImage)
+	if res, err := a.ConsumerHeartbeat(ctx, g, consumerJoin("m1")); err != nil || res.Err != cgroup.ErrNone {
+		t.Fatal(err, res.Err)
+	}
+	writes := countMembershipWrites(a, g)
+	a.mu.Lock()
+	s := a.groups[g]
+	a.mu.Unlock()
+
+	// Two joins under one hold of the lock: the write goroutine cannot take
+	// the snapshot before both are in.
+	s.mu.Lock()
+	cg := s.consumer
+	var waits []func(context.Context) error
+	for _, id := range []string{"m2", "m3"} {
+		_, out := cg.core.Heartbeat(a.cfg.Now(), a.image(), consumerJoin(id))
+		waits = append(waits, cg.apply(out))
+	}
+	s.mu.Unlock()
+	for _, w := range waits {
+		if w == nil || w(ctx) != nil {
+			t.Fatal("a join's durable write did not land")
+		}
+	}
+	if n := writes.Load(); n != 1 {
+		t.Fatalf("%d snapshot writes for two changes made before the first was taken, want 1", n)
+	}
+	mem, _, err := a.store.GroupState(g, a.owner(g))
+	if err != nil || mem == nil {
+		t.Fatal(err)
+	}
+	var snap cgroup.Snapshot
+	if err := json.Unmarshal(mem.Consumer, &snap); err != nil || len(snap.Members) != 3 {
+		t.Fatalf("the file holds %d members (%v), want the 3 of the last change", len(snap.Members), err)
+	}
+
+	// A change, then the group moves away before its write is taken.
+	writes.Store(0)
+	s.mu.Lock()
+	_, out := cg.core.Heartbeat(a.cfg.Now(), a.image(), consumerJoin("m4"))
+	w := cg.apply(out)
+	s.unload()
+	s.mu.Unlock()
+	if err := w(ctx); !errors.Is(err, ErrNotCoordinator) {
+		t.Fatalf("the wait of a change whose group moved away: %v, want NOT_COORDINATOR", err)
+	}
+	if n := writes.Load(); n != 0 {
+		t.Fatalf("%d snapshot writes after the group was unloaded", n)
 	}
 }
