@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/kaas-dev/kaas/internal/cgroup"
@@ -28,8 +29,10 @@ type consumerGroup struct {
 	// barrier is closed once the last write queued for the group has
 	// landed or failed and its outcome is recorded; nil when none is in
 	// flight. Every answer waits behind the writes queued before it, so no
-	// client learns a state that is not durable.
-	barrier chan struct{}
+	// client learns a state that is not durable. barrierWrite is the
+	// write it waits for: answers that join that write share the barrier.
+	barrier      chan struct{}
+	barrierWrite *snapshotWrite
 	// broken: a write failed, so the state in memory may be ahead of the
 	// file. Nothing more is answered from it; once the writes in flight are
 	// done it is dropped and the next request loads the file (never
@@ -37,11 +40,17 @@ type consumerGroup struct {
 	// the failure (a lost ownership answers NOT_COORDINATOR).
 	broken    bool
 	brokenErr error
+	// failed is broken, readable without the lock by the answers waiting
+	// on a barrier (set with it, under the lock, before the barrier closes).
+	failed atomic.Bool
 	// seenEpoch is the last group epoch counted in the metrics.
 	seenEpoch int32
 	// pending is the snapshot write scheduled and not yet taken: a change
 	// joins it instead of writing its own (apply).
 	pending *snapshotWrite
+	// queued is closed once the last snapshot taken has reached the store's
+	// queue: the next one waits for it, so snapshots land in order.
+	queued <-chan struct{}
 }
 
 // SetTopics gives the coordinator the topics consumer groups assign (the
@@ -97,8 +106,8 @@ func (c *Coordinator) restoreConsumer(s *shell, mem *offsets.Membership) {
 
 // apply performs an Output: log its events, queue the snapshot when it
 // changed (and what retention needs), and re-arm the deadline timer. It
-// returns the wait for the durable write, nil when none was queued.
-func (g *consumerGroup) apply(out cgroup.Output) func(context.Context) error {
+// returns the durable write that will carry it, nil when none is needed.
+func (g *consumerGroup) apply(out cgroup.Output) *snapshotWrite {
 	for _, ev := range out.Events {
 		g.c.log.Info("consumer group: "+ev.What, "group", g.s.id, "member", ev.Member, "epoch", ev.Epoch, "why", ev.Why)
 	}
@@ -117,14 +126,7 @@ func (g *consumerGroup) apply(out cgroup.Output) func(context.Context) error {
 		g.c.bg.Add(1)
 		go g.write(p)
 	}
-	return func(ctx context.Context) error {
-		select {
-		case <-p.done:
-			return p.err
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return p
 }
 
 // snapshotWrite is one durable write of a group's snapshot, shared by every
@@ -148,27 +150,49 @@ func (g *consumerGroup) write(p *snapshotWrite) {
 	if g.pending == p {
 		g.pending = nil // later changes schedule the next write
 	}
-	var wait func(context.Context) error
+	var (
+		fail     error
+		snap     cgroup.Snapshot
+		epoch    int32
+		own      offsets.Owner
+		queued   chan struct{}
+		previous <-chan struct{}
+	)
 	switch {
 	case g.broken:
-		err := g.brokenErr
-		wait = func(context.Context) error { return err }
+		fail = g.brokenErr
 	case s.consumer != g || s.gone:
-		wait = func(context.Context) error { return ErrNotCoordinator }
+		fail = ErrNotCoordinator
 	default:
 		g.noteRetention()
 		g.c.hook("membership", s.id)
-		data, err := json.Marshal(g.core.Snapshot())
-		if err == nil {
-			mem := &offsets.Membership{ProtocolType: "consumer", Generation: g.core.Epoch(), Consumer: data}
-			wait, err = g.c.store.SetMembership(s.id, g.c.owner(s.id), mem)
-		}
-		if err != nil {
-			wait = func(context.Context) error { return err }
-		}
+		snap, epoch, own = g.core.Snapshot(), g.core.Epoch(), g.c.owner(s.id)
+		// The snapshot is encoded outside the lock (a hundred members'
+		// assignments take a while, and every heartbeat of the group waits
+		// for the lock); writes still reach the store in snapshot order.
+		queued, previous = make(chan struct{}), g.queued
+		g.queued = queued
 	}
 	s.mu.Unlock()
-	p.err = wait(context.Background())
+	if fail != nil {
+		p.err = fail
+		close(p.done)
+		return
+	}
+	data, err := json.Marshal(snap)
+	if previous != nil {
+		<-previous
+	}
+	var wait func(context.Context) error
+	if err == nil {
+		mem := &offsets.Membership{ProtocolType: "consumer", Generation: epoch, Consumer: data}
+		wait, err = g.c.store.SetMembership(s.id, own, mem)
+	}
+	close(queued)
+	if err == nil {
+		err = wait(context.Background())
+	}
+	p.err = err
 	close(p.done)
 }
 
@@ -226,9 +250,7 @@ func (g *consumerGroup) fire() {
 		return
 	}
 	g.timer, g.at = nil, time.Time{}
-	if wait := g.apply(g.core.Expire(g.c.cfg.Now(), g.c.image())); wait != nil {
-		g.queue(wait)
-	}
+	g.queue(g.apply(g.core.Expire(g.c.cfg.Now(), g.c.image())))
 }
 
 // queue chains a write (nil: none, only the wait for earlier ones) after
@@ -236,35 +258,45 @@ func (g *consumerGroup) fire() {
 // earlier one is done. A write is never withdrawn (it waits with
 // context.Background, whatever becomes of the request that asked for it).
 // Called with s.mu held.
-func (g *consumerGroup) queue(wait func(context.Context) error) <-chan struct{} {
+func (g *consumerGroup) queue(p *snapshotWrite) <-chan struct{} {
+	if p == nil || p == g.barrierWrite {
+		// Nothing of its own to wait for, or the write already last in
+		// line: the answer waits for what is queued.
+		return g.barrier
+	}
 	prev := g.barrier
 	done := make(chan struct{})
-	g.barrier = done
+	g.barrier, g.barrierWrite = done, p
 	g.c.bg.Add(1)
 	go func() {
 		defer g.c.bg.Done()
 		if prev != nil {
 			<-prev
 		}
-		var err error
-		if wait != nil {
-			err = wait(context.Background())
-		}
+		<-p.done
 		s := g.s
-		s.mu.Lock()
-		if err != nil && !g.broken {
-			g.broken, g.brokenErr = true, storeErr(s.id, err)
-			g.c.log.Warn("consumer group state not recorded; reloading it from the volume once the writes in flight are done", "group", s.id, "err", err)
+		if err := p.err; err != nil {
+			s.mu.Lock()
+			if !g.broken {
+				g.broken, g.brokenErr = true, storeErr(s.id, err)
+				g.failed.Store(true)
+				g.c.log.Warn("consumer group state not recorded; reloading it from the volume once the writes in flight are done", "group", s.id, "err", err)
+			}
+			s.mu.Unlock()
 		}
+		// The answers go out before the bookkeeping below: under a burst
+		// of heartbeats the group's lock is contended, and the write is
+		// durable (or g.failed says why not) already.
+		close(done)
+		s.mu.Lock()
 		if g.barrier == done {
-			g.barrier = nil
+			g.barrier, g.barrierWrite = nil, nil
 			if g.broken && s.consumer == g && !s.gone {
 				g.stop()
 				s.consumer, s.loaded = nil, false
 			}
 		}
 		s.mu.Unlock()
-		close(done)
 	}()
 	return done
 }
@@ -322,11 +354,7 @@ func (c *Coordinator) ConsumerHeartbeat(ctx context.Context, groupID string, in 
 		s.dropClassic() // an Empty classic group becomes a consumer group
 		s.consumer = g
 	}
-	wait := g.apply(out)
-	var done <-chan struct{}
-	if wait != nil || g.barrier != nil {
-		done = g.queue(wait)
-	}
+	done := g.queue(g.apply(out))
 	s.mu.Unlock()
 	if done == nil {
 		return res, nil
@@ -336,10 +364,10 @@ func (c *Coordinator) ConsumerHeartbeat(ctx context.Context, groupID string, in 
 	case <-ctx.Done():
 		return cgroup.HeartbeatResult{}, ctx.Err() // the write goes on; nobody is waiting for this answer
 	}
-	s.mu.Lock()
-	broken, err := g.broken, g.brokenErr
-	s.mu.Unlock()
-	if broken {
+	if g.failed.Load() {
+		s.mu.Lock()
+		err := g.brokenErr
+		s.mu.Unlock()
 		return cgroup.HeartbeatResult{}, err
 	}
 	return res, nil

@@ -121,15 +121,18 @@ func TestConsumerChangesShareOneSnapshotWrite(t *testing.T) {
 	// the snapshot before both are in.
 	s.mu.Lock()
 	cg := s.consumer
-	var waits []func(context.Context) error
+	var waits []*snapshotWrite
 	for _, id := range []string{"m2", "m3"} {
 		_, out := cg.core.Heartbeat(a.cfg.Now(), a.image(), consumerJoin(id))
 		waits = append(waits, cg.apply(out))
 	}
 	s.mu.Unlock()
 	for _, w := range waits {
-		if w == nil || w(ctx) != nil {
-			t.Fatal("a join's durable write did not land")
+		if w == nil {
+			t.Fatal("a join queued no durable write")
+		}
+		if <-w.done; w.err != nil {
+			t.Fatalf("a join's durable write failed: %v", w.err)
 		}
 	}
 	if n := writes.Load(); n != 1 {
@@ -151,8 +154,8 @@ func TestConsumerChangesShareOneSnapshotWrite(t *testing.T) {
 	w := cg.apply(out)
 	s.unload()
 	s.mu.Unlock()
-	if err := w(ctx); !errors.Is(err, ErrNotCoordinator) {
-		t.Fatalf("the wait of a change whose group moved away: %v, want NOT_COORDINATOR", err)
+	if <-w.done; !errors.Is(w.err, ErrNotCoordinator) {
+		t.Fatalf("the wait of a change whose group moved away: %v, want NOT_COORDINATOR", w.err)
 	}
 	if n := writes.Load(); n != 0 {
 		t.Fatalf("%d snapshot writes after the group was unloaded", n)
