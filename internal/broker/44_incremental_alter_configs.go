@@ -1,12 +1,13 @@
 package broker
 
-// IncrementalAlterConfigs, for groups (Kafka's GROUP config resource,
-// KIP-848): consumer.session.timeout.ms and consumer.heartbeat.interval.ms
-// set on one group. The controller writes the group configs file (one
-// writer); another broker forwards the request to it, as Kafka's brokers
-// forward to theirs. Topic configs are set when a topic is created (a
-// partition's log takes them when it opens) and broker settings are flags:
-// altering either answers INVALID_REQUEST saying so.
+// IncrementalAlterConfigs, for topics (their configs, checked as at
+// creation) and groups (Kafka's GROUP config resource, KIP-848:
+// consumer.session.timeout.ms and consumer.heartbeat.interval.ms set on one
+// group). The controller writes the topic's file and the group configs
+// file (one writer each); another broker forwards the request to it, as
+// Kafka's brokers forward to theirs. The brokers leading the topic's
+// partitions apply the new values within a second (maintain). Broker
+// settings are flags: altering them answers INVALID_REQUEST saying so.
 
 import (
 	"context"
@@ -17,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kaas-dev/kaas/internal/groupconfig"
+	"github.com/kaas-dev/kaas/internal/topics"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
 
@@ -27,7 +29,7 @@ func init() {
 func (b *Broker) handleIncrementalAlterConfigs(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.IncrementalAlterConfigsRequest)
 	controller := b.cfg.Cluster.ControllerID()
-	if controller != b.cfg.ID && req.ClientID != peerClientID && hasGroupResource(r) {
+	if controller != b.cfg.ID && req.ClientID != peerClientID && forControllerOnly(r) {
 		return b.forwardAlterConfigs(ctx, c, r, controller)
 	}
 	resp := r.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)
@@ -48,8 +50,8 @@ func (b *Broker) handleIncrementalAlterConfigs(ctx context.Context, c *conn, req
 		switch {
 		case seen[rr.ResourceType][rr.ResourceName] > 1:
 			fail(kerr.InvalidRequest, "resource named more than once")
-		case rr.ResourceType == kmsg.ConfigResourceTypeGroupConfig && controller != b.cfg.ID:
-			fail(kerr.NotController, "send IncrementalAlterConfigs for groups to the controller")
+		case (rr.ResourceType == kmsg.ConfigResourceTypeGroupConfig || rr.ResourceType == kmsg.ConfigResourceTypeTopic) && controller != b.cfg.ID:
+			fail(kerr.NotController, "send IncrementalAlterConfigs for topics and groups to the controller")
 		case rr.ResourceType == kmsg.ConfigResourceTypeGroupConfig:
 			ops := make([]groupconfig.Op, 0, len(rr.Configs))
 			for _, cfg := range rr.Configs {
@@ -71,21 +73,40 @@ func (b *Broker) handleIncrementalAlterConfigs(ctx context.Context, c *conn, req
 				c.log.Info("group configs altered", "group", rr.ResourceName, "configs", len(ops))
 			}
 		case rr.ResourceType == kmsg.ConfigResourceTypeTopic:
-			fail(kerr.InvalidRequest, "kaas sets a topic's configs when it is created: create the topic again with them")
+			ops := make([]topics.ConfigOp, 0, len(rr.Configs))
+			for _, cfg := range rr.Configs {
+				ops = append(ops, topics.ConfigOp{Name: cfg.Name, Op: int8(cfg.Op), Value: cfg.Value})
+			}
+			_, err := b.topics.AlterConfigs(rr.ResourceName, ops, r.ValidateOnly)
+			var ce *topics.ConfigError
+			switch {
+			case errors.Is(err, topics.ErrUnknown):
+				fail(kerr.UnknownTopicOrPartition, "This server does not host this topic-partition.")
+			case errors.As(err, &ce) && ce.InvalidRequest():
+				fail(kerr.InvalidRequest, ce.Error())
+			case errors.As(err, &ce):
+				fail(kerr.InvalidConfig, ce.Error())
+			case err != nil:
+				b.log.Error("altering topic configs failed", "topic", rr.ResourceName, "err", err)
+				fail(kerr.UnknownServerError, clientMessage(kerr.UnknownServerError, err))
+			case !r.ValidateOnly:
+				c.log.Info("topic configs altered", "topic", rr.ResourceName, "configs", len(ops))
+			}
 		case rr.ResourceType == kmsg.ConfigResourceTypeBroker || rr.ResourceType == kmsg.ConfigResourceTypeBrokerLogger:
 			fail(kerr.InvalidRequest, "a kaas broker takes its settings from its flags and environment")
 		default:
-			fail(kerr.InvalidRequest, "kaas alters group configs only")
+			fail(kerr.InvalidRequest, "kaas alters topic and group configs only")
 		}
 		resp.Resources = append(resp.Resources, res)
 	}
 	return now(resp)
 }
 
-// hasGroupResource reports whether r alters a group's configs.
-func hasGroupResource(r *kmsg.IncrementalAlterConfigsRequest) bool {
+// forControllerOnly reports whether r alters what only the controller
+// writes: a topic's or a group's configs.
+func forControllerOnly(r *kmsg.IncrementalAlterConfigsRequest) bool {
 	for _, rr := range r.Resources {
-		if rr.ResourceType == kmsg.ConfigResourceTypeGroupConfig {
+		if rr.ResourceType == kmsg.ConfigResourceTypeGroupConfig || rr.ResourceType == kmsg.ConfigResourceTypeTopic {
 			return true
 		}
 	}

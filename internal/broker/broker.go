@@ -177,6 +177,9 @@ type Broker struct {
 	coord  *coord.Coordinator
 	txn    *txn.Coordinator
 	peers  peers
+	// configsGen is the topic registry generation whose configs the open
+	// partitions have (applyTopicConfigs; the maintenance goroutine's).
+	configsGen uint64
 	// image is the consumer groups' view of the topics as of registry
 	// generation imageGen (consumerImage).
 	imageMu  sync.Mutex // guards image, imageGen
@@ -348,6 +351,7 @@ func (b *Broker) housekeeping() {
 				}
 			}
 			b.dropStalePartitions()
+			b.applyTopicConfigs()
 		case <-offsetsRetention.C:
 			b.coord.ExpireOffsets(b.ctx)
 		case <-retention.C:
@@ -375,6 +379,34 @@ func (b *Broker) txnSweeper() {
 				b.txn.Sweep(b.ctx, i%10 == 0)
 			}
 		}
+	}
+}
+
+// applyTopicConfigs gives the open partition logs their topic's configs
+// as the registry has them now (IncrementalAlterConfigs, here or on the
+// controller): segment size, retention, max message size and whether
+// retention deletes. It runs on the maintenance goroutine, the only
+// reader of partition.deletes after the partition is published; a
+// registry that has not changed since the last call costs nothing.
+func (b *Broker) applyTopicConfigs() {
+	gen := b.topics.Gen()
+	if gen == b.configsGen {
+		return
+	}
+	b.configsGen = gen
+	b.partMu.Lock()
+	ps := make([]*partition, 0, len(b.parts))
+	for _, p := range b.parts {
+		ps = append(ps, p)
+	}
+	b.partMu.Unlock()
+	for _, p := range ps {
+		t, ok := b.topics.Get(p.topic)
+		if !ok || t.ID != p.topicID {
+			continue
+		}
+		p.log.SetOptions(b.logOptions(t, p.epoch))
+		p.deletes = t.Deletes()
 	}
 }
 

@@ -2,12 +2,14 @@ package clustertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kaas-dev/kaas/internal/testutil"
@@ -56,7 +58,7 @@ func TestGroupConfigsSetOnAnyBrokerReachTheCoordinator(t *testing.T) {
 	}
 	// Hostile or unsupported resources each get their own error, and none
 	// is written: the same group twice, APPEND, a SET without a value, an
-	// empty group id, a topic.
+	// empty group id, a topic config that does not parse.
 	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
 	for _, rs := range []struct {
 		typ  kmsg.ConfigResourceType
@@ -69,7 +71,7 @@ func TestGroupConfigsSetOnAnyBrokerReachTheCoordinator(t *testing.T) {
 		{kmsg.ConfigResourceTypeGroupConfig, "append", kmsg.IncrementalAlterConfigOpAppend, kmsg.StringPtr("6000")},
 		{kmsg.ConfigResourceTypeGroupConfig, "nil-value", kmsg.IncrementalAlterConfigOpSet, nil},
 		{kmsg.ConfigResourceTypeGroupConfig, "", kmsg.IncrementalAlterConfigOpSet, kmsg.StringPtr("6000")},
-		{kmsg.ConfigResourceTypeTopic, "gc-t", kmsg.IncrementalAlterConfigOpSet, kmsg.StringPtr("1000")},
+		{kmsg.ConfigResourceTypeTopic, "gc-t", kmsg.IncrementalAlterConfigOpSet, kmsg.StringPtr("x")},
 	} {
 		res := kmsg.NewIncrementalAlterConfigsRequestResource()
 		res.ResourceType, res.ResourceName = rs.typ, rs.name
@@ -85,7 +87,7 @@ func TestGroupConfigsSetOnAnyBrokerReachTheCoordinator(t *testing.T) {
 	if err != nil || len(resp.Resources) != 6 {
 		t.Fatalf("hostile IncrementalAlterConfigs: %v %+v", err, resp)
 	}
-	for i, want := range []*kerr.Error{kerr.InvalidRequest, kerr.InvalidRequest, kerr.InvalidConfig, kerr.InvalidConfig, kerr.InvalidConfig, kerr.InvalidRequest} {
+	for i, want := range []*kerr.Error{kerr.InvalidRequest, kerr.InvalidRequest, kerr.InvalidConfig, kerr.InvalidConfig, kerr.InvalidConfig, kerr.InvalidConfig} {
 		if got := resp.Resources[i].ErrorCode; got != want.Code || resp.Resources[i].ErrorMessage == nil {
 			t.Errorf("resource %d (%q): %v, want %v with a message", i, resp.Resources[i].ResourceName, kerr.ErrorForCode(got), want)
 		}
@@ -145,4 +147,69 @@ func TestGroupConfigsSetOnAnyBrokerReachTheCoordinator(t *testing.T) {
 		t.Fatalf("DELETE: %v", kerr.ErrorForCode(r.ErrorCode))
 	}
 	interval(5000)
+}
+
+// TestTopicConfigsAlteredOnAnyBrokerApplyToTheLeader: IncrementalAlterConfigs
+// of a topic sent to a broker that is not the controller is forwarded to
+// it; the partition's leader applies the new max.message.bytes to its open
+// log (a 4 KiB record is refused, MESSAGE_TOO_LARGE), every broker
+// describes it, and DELETE brings the default back.
+func TestTopicConfigsAlteredOnAnyBrokerApplyToTheLeader(t *testing.T) {
+	c := Start(t, Options{Brokers: 3})
+	cl := client(t, c, kgo.ProducerBatchCompression(kgo.NoCompression()))
+	ctx := context.Background()
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "ac-t"); err != nil {
+		t.Fatal(err)
+	}
+	big := &kgo.Record{Topic: "ac-t", Value: make([]byte, 4096)}
+	for i := range big.Value {
+		big.Value[i] = byte(i*7919 + i>>3) // compression must not shrink it below the limit
+	}
+	if err := cl.ProduceSync(ctx, big).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	other := (int32(c.Controller()) + 1) % 3
+	alter := func(op kmsg.IncrementalAlterConfigOp, value *string) {
+		t.Helper()
+		req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+		res := kmsg.NewIncrementalAlterConfigsRequestResource()
+		res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeTopic, "ac-t"
+		cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+		cfg.Name, cfg.Op, cfg.Value = "max.message.bytes", op, value
+		res.Configs = append(res.Configs, cfg)
+		req.Resources = append(req.Resources, res)
+		resp, err := req.RequestWith(ctx, cl.Broker(int(other)))
+		if err != nil || len(resp.Resources) != 1 || resp.Resources[0].ErrorCode != 0 {
+			t.Fatalf("IncrementalAlterConfigs on broker %d: %v %+v", other, err, resp)
+		}
+	}
+	alter(kmsg.IncrementalAlterConfigOpSet, kmsg.StringPtr("2048"))
+	testutil.WaitFor(t, 10*time.Second, func() error {
+		if err := cl.ProduceSync(ctx, big).FirstErr(); !errors.Is(err, kerr.MessageTooLarge) {
+			return fmt.Errorf("a 4 KiB record after max.message.bytes=2048: %v", err)
+		}
+		return nil
+	})
+	for node := range 3 {
+		one := client(t, c, kgo.SeedBrokers(c.Addrs()[node]))
+		rs, err := kadm.NewClient(one).DescribeTopicConfigs(ctx, "ac-t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err := rs.On("ac-t", nil); err != nil || func() string {
+			for _, cfg := range v.Configs {
+				if cfg.Key == "max.message.bytes" {
+					return cfg.MaybeValue()
+				}
+			}
+			return ""
+		}() != "2048" {
+			t.Fatalf("described: %+v %v", v, err)
+		}
+	}
+	alter(kmsg.IncrementalAlterConfigOpDelete, nil)
+	testutil.WaitFor(t, 10*time.Second, func() error {
+		return cl.ProduceSync(ctx, big).FirstErr()
+	})
 }

@@ -278,14 +278,26 @@ func TestKafkaTransactions(t *testing.T) {
 }
 
 // TestKafkaConfigs: kafka-configs describes a topic's configs as set at
-// creation, and sets, describes and deletes a group's configs (KIP-848's
-// GROUP resource) with the output Kafka 4.4 prints.
+// creation, alters them (--add-config, --delete-config), and sets,
+// describes and deletes a group's configs (KIP-848's GROUP resource), with
+// the output Kafka 4.4 prints.
 func TestKafkaConfigs(t *testing.T) {
 	c, _ := start(t)
 	tool(t, c, "", topicsTool, "--create", "--topic", "logs", "--partitions", "1", "--config", "cleanup.policy=compact")
 	out := tool(t, c, "", configsTool, "--describe", "--entity-type", "topics", "--entity-name", "logs")
 	if !strings.Contains(out, "Dynamic configs for topic logs are:") || !strings.Contains(out, "cleanup.policy=compact") {
 		t.Fatalf("describe: %q, want cleanup.policy=compact", out)
+	}
+	topic := []string{"--entity-type", "topics", "--entity-name", "logs"}
+	out = tool(t, c, "", configsTool, append([]string{"--alter", "--add-config", "retention.ms=1000,max.message.bytes=2048"}, topic...)...)
+	if !strings.Contains(out, "Completed updating config for topic logs.") {
+		t.Fatalf("alter topic: %q", out)
+	}
+	tool(t, c, "", configsTool, append([]string{"--alter", "--delete-config", "max.message.bytes"}, topic...)...)
+	out = tool(t, c, "", configsTool, append([]string{"--describe"}, topic...)...)
+	if !strings.Contains(out, "retention.ms=1000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=1000") ||
+		!strings.Contains(out, "cleanup.policy=compact") || strings.Contains(out, "max.message.bytes") {
+		t.Fatalf("describe after altering the topic: %q", out)
 	}
 
 	group := []string{"--entity-type", "groups", "--entity-name", "billing"}

@@ -17,7 +17,14 @@ type ConfigError struct {
 	Value  string // its value as given
 	Reason string // why, as Kafka's validator says it ("Value must be at least 1048576")
 	whole  bool   // Reason is the whole message, not "Invalid value ...: Reason"
+	// request: the request is malformed rather than the value refused
+	// (Kafka's INVALID_REQUEST: a key twice, APPEND on a single value).
+	request bool
 }
+
+// InvalidRequest reports whether Kafka answers e with INVALID_REQUEST
+// rather than INVALID_CONFIG.
+func (e *ConfigError) InvalidRequest() bool { return e.request }
 
 func (e *ConfigError) Error() string {
 	if e.whole {
@@ -244,4 +251,93 @@ func normalizeConfigs(configs map[string]string) map[string]string {
 		out[k] = strings.TrimSpace(v)
 	}
 	return out
+}
+
+// The operations of an IncrementalAlterConfigs entry (Kafka's OpType).
+const (
+	OpSet      int8 = 0
+	OpDelete   int8 = 1
+	OpAppend   int8 = 2
+	OpSubtract int8 = 3
+)
+
+// ConfigOp is one IncrementalAlterConfigs entry for a topic.
+type ConfigOp struct {
+	Name  string
+	Op    int8 // OpSet, OpDelete, OpAppend or OpSubtract
+	Value *string
+}
+
+// applyOps returns configs with ops applied, checked as Kafka checks
+// them: APPEND and SUBTRACT only on list configs, every resulting value
+// valid, the whole set consistent.
+func applyOps(configs map[string]string, ops []ConfigOp) (map[string]string, error) {
+	out := make(map[string]string, len(configs)+len(ops))
+	for k, v := range configs {
+		out[k] = v
+	}
+	seen := map[string]bool{}
+	for _, op := range ops {
+		if seen[op.Name] {
+			return nil, &ConfigError{Name: op.Name, whole: true, request: true, Reason: "Error due to duplicate config keys"}
+		}
+		seen[op.Name] = true
+		value := ""
+		if op.Value != nil {
+			value = *op.Value
+		}
+		def, known := configDefs[op.Name]
+		switch op.Op {
+		case OpSet:
+			if op.Value == nil {
+				return nil, &ConfigError{Name: op.Name, whole: true, Reason: "Null value not supported for : " + op.Name}
+			}
+			if err := ValidateConfig(op.Name, value); err != nil {
+				return nil, err
+			}
+			out[op.Name] = strings.TrimSpace(value)
+		case OpDelete:
+			if !known {
+				return nil, &ConfigError{Name: op.Name, Value: value, Reason: "Unknown topic config name: " + op.Name, whole: true}
+			}
+			delete(out, op.Name)
+		case OpAppend, OpSubtract:
+			if !known {
+				return nil, &ConfigError{Name: op.Name, Value: value, Reason: "Unknown topic config name: " + op.Name, whole: true}
+			}
+			if def.typ != typeList {
+				verb := "append"
+				if op.Op == OpSubtract {
+					verb = "subtract"
+				}
+				return nil, &ConfigError{Name: op.Name, whole: true, request: true,
+					Reason: "Config value " + verb + " is not allowed for config key: " + op.Name}
+			}
+			current, ok := out[op.Name]
+			if !ok && op.Name == "cleanup.policy" {
+				current = "delete" // Kafka's default is what APPEND and SUBTRACT start from
+			}
+			items := listItems(strings.TrimSpace(current))
+			for _, item := range listItems(strings.TrimSpace(value)) {
+				has := slices.Contains(items, item)
+				switch {
+				case op.Op == OpAppend && !has:
+					items = append(items, item)
+				case op.Op == OpSubtract && has:
+					items = slices.DeleteFunc(items, func(s string) bool { return s == item })
+				}
+			}
+			joined := strings.Join(items, ",")
+			if err := ValidateConfig(op.Name, joined); err != nil {
+				return nil, err
+			}
+			out[op.Name] = joined
+		default:
+			return nil, &ConfigError{Name: op.Name, whole: true, request: true, Reason: fmt.Sprintf("Unknown operation type %d", op.Op)}
+		}
+	}
+	if err := ValidateConfigs(out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

@@ -124,6 +124,10 @@ type Registry struct {
 	stamps map[string]fsutil.Version // each file as last read: a rewrite by CreatePartitions (a rename, a new inode) has another
 	listed time.Time
 	gen    uint64 // grows whenever a topic is added, removed or changed
+
+	// alterMu serializes this registry's rewrites of topic files (Grow,
+	// AlterConfigs): each reads the topic, changes it and writes it whole.
+	alterMu sync.Mutex
 }
 
 // Gen grows whenever the registry's topics change (created, deleted,
@@ -403,6 +407,8 @@ func (t *Topic) Deletes() bool {
 // controller, the file's single writer for this change). Partitions are
 // never removed.
 func (r *Registry) Grow(name string, count int32, validateOnly bool) (*Topic, error) {
+	r.alterMu.Lock()
+	defer r.alterMu.Unlock()
 	t, ok := r.Get(name)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrUnknown, name)
@@ -415,25 +421,63 @@ func (r *Registry) Grow(name string, count int32, validateOnly bool) (*Topic, er
 	if validateOnly {
 		return &grown, nil
 	}
-	b, err := json.Marshal(&grown)
+	if err := r.replace(&grown); err != nil {
+		return nil, fmt.Errorf("topics: grow %s: %w", name, err)
+	}
+	return &grown, nil
+}
+
+// AlterConfigs applies IncrementalAlterConfigs operations to a topic's
+// configs (the caller is the controller, the file's single writer for this
+// change, as for Grow). With validateOnly nothing is written. Brokers that
+// lead its partitions apply the new values at their next refresh.
+func (r *Registry) AlterConfigs(name string, ops []ConfigOp, validateOnly bool) (*Topic, error) {
+	r.alterMu.Lock()
+	defer r.alterMu.Unlock()
+	t, ok := r.Get(name)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrUnknown, name)
+	}
+	configs, err := applyOps(t.Configs, ops)
 	if err != nil {
-		return nil, fmt.Errorf("topics: encode %s: %w", name, err)
+		return nil, err
+	}
+	altered := *t
+	altered.Configs = configs
+	if len(configs) == 0 {
+		altered.Configs = nil
+	}
+	if validateOnly {
+		return &altered, nil
+	}
+	if err := r.replace(&altered); err != nil {
+		return nil, fmt.Errorf("topics: alter configs of %s: %w", name, err)
+	}
+	return &altered, nil
+}
+
+// replace durably rewrites t's file (staged, renamed over the old one) and
+// caches t.
+func (r *Registry) replace(t *Topic) error {
+	b, err := json.Marshal(t)
+	if err != nil {
+		return err
 	}
 	staged, err := r.stage(b)
 	if err == nil {
-		if err = os.Rename(staged, r.path(name)); err != nil {
+		if err = os.Rename(staged, r.path(t.Name)); err != nil {
 			os.Remove(staged)
 		} else {
 			err = fsutil.SyncDir(r.dir)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("topics: grow %s: %w", name, err)
+		return err
 	}
 	r.mu.Lock()
-	r.byName[name] = &grown
-	r.byID[grown.ID] = &grown
+	r.byName[t.Name] = t
+	r.byID[t.ID] = t
 	r.gen++
 	r.mu.Unlock()
-	return &grown, nil
+	return nil
 }

@@ -2,6 +2,7 @@ package topics
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -190,5 +191,68 @@ func TestAGrowByAnotherBrokerIsSeenAtTheNextRefresh(t *testing.T) {
 	}
 	if got, ok := b.Get("t1"); !ok || got.Partitions != 3 {
 		t.Fatalf("after another broker grew t1 to 3 partitions, this one reads %+v", got)
+	}
+}
+
+// TestAlterConfigsAsKafka: SET, DELETE, APPEND and SUBTRACT on a topic's
+// configs, refused with Kafka's messages where Kafka refuses (an unknown
+// name or a bad value: INVALID_CONFIG; a key twice, APPEND on a single
+// value: INVALID_REQUEST), nothing written for a refusal or validateOnly,
+// and another broker reading the result at its next refresh.
+func TestAlterConfigsAsKafka(t *testing.T) {
+	dir := t.TempDir()
+	a, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Create("t1", 1, map[string]string{"retention.ms": "60000"}, false); err != nil {
+		t.Fatal(err)
+	}
+	str := func(s string) *string { return &s }
+	refused := []struct {
+		ops     []ConfigOp
+		request bool
+		msg     string
+	}{
+		{[]ConfigOp{{Name: "retention.ms", Value: str("x")}}, false, "Invalid value x for configuration retention.ms: Not a number of type LONG"},
+		{[]ConfigOp{{Name: "nope", Value: str("1")}}, false, "Unknown topic config name: nope"},
+		{[]ConfigOp{{Name: "retention.ms", Value: str("1")}, {Name: "retention.ms", Op: OpDelete}}, true, "Error due to duplicate config keys"},
+		{[]ConfigOp{{Name: "retention.ms", Op: OpAppend, Value: str("1")}}, true, "Config value append is not allowed for config key: retention.ms"},
+		{[]ConfigOp{{Name: "max.message.bytes", Value: str("100")}, {Name: "segment.bytes", Value: str("10")}}, false, "Invalid value 10 for configuration segment.bytes: Value must be at least 1048576"},
+	}
+	for _, c := range refused {
+		_, err := a.AlterConfigs("t1", c.ops, false)
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.InvalidRequest() != c.request || ce.Error() != c.msg {
+			t.Errorf("%+v: %v, want %q (invalid request %v)", c.ops, err, c.msg, c.request)
+		}
+	}
+	if _, err := a.AlterConfigs("t1", []ConfigOp{{Name: "retention.ms", Value: str("1000")}}, true); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := a.Get("t1"); got.Configs["retention.ms"] != "60000" || got.Configs["max.message.bytes"] != "" {
+		t.Fatalf("a refused or validate-only alter changed the topic: %v", got.Configs)
+	}
+	if _, err := a.AlterConfigs("t1", []ConfigOp{{Name: "retention.ms", Op: OpDelete}, {Name: "max.message.bytes", Value: str(" 2048 ")},
+		{Name: "cleanup.policy", Op: OpAppend, Value: str("compact")}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.AlterConfigs("t1", []ConfigOp{{Name: "cleanup.policy", Op: OpSubtract, Value: str("delete")}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := b.Get("t1")
+	want := map[string]string{"max.message.bytes": "2048", "cleanup.policy": "compact"}
+	if !maps.Equal(got.Configs, want) || got.Partitions != 1 {
+		t.Fatalf("the other broker reads %v, want %v", got.Configs, want)
+	}
+	if _, err := a.AlterConfigs("missing", nil, false); !errors.Is(err, ErrUnknown) {
+		t.Fatalf("an unknown topic: %v", err)
 	}
 }
