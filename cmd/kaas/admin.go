@@ -117,7 +117,10 @@ type topicRow struct {
 	Internal   bool   `json:"internal,omitempty"`
 }
 
-type topicsListCmd struct{ adminFlags }
+type topicsListCmd struct {
+	adminFlags
+	ExcludeInternal bool `name:"exclude-internal" help:"Leave out the internal topics (__consumer_offsets, __transaction_state), as kafka-topics --exclude-internal does."`
+}
 
 func (c *topicsListCmd) Run() error {
 	_, ctx, done, err := c.client()
@@ -131,6 +134,9 @@ func (c *topicsListCmd) Run() error {
 	}
 	var rows []topicRow
 	for _, t := range md.Topics.Sorted() {
+		if t.IsInternal && c.ExcludeInternal {
+			continue
+		}
 		rows = append(rows, topicRow{Name: t.Topic, ID: topicID(t.ID), Partitions: len(t.Partitions), Internal: t.IsInternal})
 	}
 	return c.print(rows, func(w io.Writer) {
@@ -809,6 +815,9 @@ func (c *clusterCmd) Run() error {
 	}
 	leads := map[int32]int{}
 	for _, t := range md.Topics {
+		if t.IsInternal { // kaas's hold no records (docs/status.md)
+			continue
+		}
 		for _, p := range t.Partitions {
 			leads[p.Leader]++
 		}

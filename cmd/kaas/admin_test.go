@@ -53,13 +53,25 @@ func TestAdminCommands(t *testing.T) {
 	// volume (as on Kafka, where metadata propagates after CreateTopics).
 	var topics []topicRow
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		decode(run("topics", "list", "--json"), &topics)
+		decode(run("topics", "list", "--exclude-internal", "--json"), &topics)
 		if len(topics) == 2 || time.Now().After(deadline) {
 			break
 		}
 	}
 	if len(topics) != 2 || topics[0].Name != "audit" || topics[0].Partitions != 1 || topics[1].Name != "orders" || topics[1].Partitions != 3 {
 		t.Fatalf("list: %+v", topics)
+	}
+	// Without --exclude-internal the internal topics are listed too, marked
+	// internal, as kafka-topics --list shows them.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		decode(run("topics", "list", "--json"), &topics)
+		if len(topics) == 4 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(topics) != 4 || topics[0].Name != "__consumer_offsets" || !topics[0].Internal || topics[0].Partitions != 50 ||
+		topics[1].Name != "__transaction_state" || !topics[1].Internal || topics[2].Internal {
+		t.Fatalf("list with the internal topics: %+v", topics)
 	}
 	run("topics", "add-partitions", "orders", "-p", "4")
 	// The new partition has a leader once the controller has assigned it,
@@ -94,7 +106,7 @@ func TestAdminCommands(t *testing.T) {
 	}
 	run("topics", "delete", "audit")
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		decode(run("topics", "list", "--json"), &topics)
+		decode(run("topics", "list", "--exclude-internal", "--json"), &topics)
 		if len(topics) == 1 || time.Now().After(deadline) {
 			break
 		}

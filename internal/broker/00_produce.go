@@ -48,6 +48,10 @@ func (b *Broker) handleProduce(_ context.Context, c *conn, req wire.Request) fun
 				setErr(kerr.InvalidRequiredAcks, "")
 				continue
 			}
+			if _, internal := b.internalTopic(rt.Topic); internal {
+				setErr(kerr.InvalidTopicException, "Cannot append to internal topic "+rt.Topic)
+				continue
+			}
 			if _, ok := b.topics.Get(rt.Topic); !ok && b.cfg.AutoCreateTopics {
 				if _, err := b.autoCreate(rt.Topic); err != nil {
 					c.log.Warn("auto-creating topic failed", "topic", rt.Topic, "err", err)

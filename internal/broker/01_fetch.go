@@ -144,6 +144,14 @@ func (b *Broker) fetchOnce(r *kmsg.FetchRequest) (*kmsg.FetchResponse, int, bool
 		} else {
 			t, ok = b.topics.Get(rt.Topic)
 		}
+		internal := false
+		if !ok {
+			if r.Version >= 13 {
+				t, internal = b.internalTopicByID(rt.TopicID)
+			} else {
+				t, internal = b.internalTopic(rt.Topic)
+			}
+		}
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewFetchResponseTopicPartition()
 			sp.Partition = rp.Partition
@@ -154,6 +162,22 @@ func (b *Broker) fetchOnce(r *kmsg.FetchRequest) (*kmsg.FetchResponse, int, bool
 				sp.ErrorCode = e.Code
 				anyErr = true
 				st.Partitions = append(st.Partitions, sp)
+			}
+			if internal { // no records, ever (internal_topics.go)
+				switch {
+				case rp.Partition < 0 || rp.Partition >= t.Partitions:
+					fail(kerr.UnknownTopicOrPartition)
+				case rp.FetchOffset != 0:
+					sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = 0, 0, 0
+					fail(kerr.OffsetOutOfRange)
+				default:
+					sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = 0, 0, 0
+					if r.IsolationLevel == 1 {
+						sp.AbortedTransactions = []kmsg.FetchResponseTopicPartitionAbortedTransaction{}
+					}
+					st.Partitions = append(st.Partitions, sp)
+				}
+				continue
 			}
 			if !ok {
 				fail(topicErr)

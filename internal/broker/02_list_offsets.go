@@ -21,10 +21,27 @@ func (b *Broker) handleListOffsets(_ context.Context, c *conn, req wire.Request)
 	for _, rt := range r.Topics {
 		st := kmsg.NewListOffsetsResponseTopic()
 		st.Topic = rt.Topic
+		it, internal := b.internalTopic(rt.Topic)
+		if _, ok := b.topics.Get(rt.Topic); ok {
+			internal = false
+		}
 		for _, rp := range rt.Partitions {
 			sp := kmsg.NewListOffsetsResponseTopicPartition()
 			sp.Partition = rp.Partition
 			sp.Timestamp, sp.Offset, sp.LeaderEpoch = -1, -1, -1
+			if internal { // an empty log at offset 0 (internal_topics.go)
+				switch ts := rp.Timestamp; {
+				case rp.Partition < 0 || rp.Partition >= it.Partitions:
+					sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				case ts == -1 || ts == -2 || (ts == -4 && r.Version >= 8):
+					sp.Offset, sp.LeaderEpoch = 0, 0
+				case ts == -3 && r.Version >= 7, ts >= 0:
+				default:
+					sp.ErrorCode = kerr.InvalidRequest.Code
+				}
+				st.Partitions = append(st.Partitions, sp)
+				continue
+			}
 			p, err := b.partitionFor(rt.Topic, rp.Partition)
 			if err != nil {
 				sp.ErrorCode = storageError(err).Code

@@ -36,6 +36,10 @@ func (b *Broker) handleMetadata(_ context.Context, c *conn, req wire.Request) fu
 		for _, t := range b.topics.All() {
 			resp.Topics = append(resp.Topics, b.metadataTopic(t))
 		}
+		for _, n := range internalNames {
+			t, _ := b.internalTopic(n)
+			resp.Topics = append(resp.Topics, b.metadataInternal(t))
+		}
 		return now(resp)
 	}
 	autoCreate := b.cfg.AutoCreateTopics && (r.Version < 4 || r.AllowAutoTopicCreation)
@@ -49,6 +53,10 @@ func (b *Broker) handleMetadata(_ context.Context, c *conn, req wire.Request) fu
 				resp.Topics = append(resp.Topics, mt)
 				continue
 			}
+			if it, internal := b.internalTopicByID(rt.TopicID); internal {
+				resp.Topics = append(resp.Topics, b.metadataInternal(it))
+				continue
+			}
 			if t, ok = b.topics.ByID(rt.TopicID); !ok {
 				mt := kmsg.NewMetadataResponseTopic()
 				mt.TopicID = rt.TopicID
@@ -60,6 +68,10 @@ func (b *Broker) handleMetadata(_ context.Context, c *conn, req wire.Request) fu
 			continue
 		}
 		name := *rt.Topic
+		if it, internal := b.internalTopic(name); internal {
+			resp.Topics = append(resp.Topics, b.metadataInternal(it))
+			continue
+		}
 		mt := kmsg.NewMetadataResponseTopic()
 		mt.Topic = &name
 		if err := topics.ValidateName(name); err != nil {

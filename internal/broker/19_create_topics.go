@@ -43,6 +43,11 @@ func (b *Broker) handleCreateTopics(ctx context.Context, c *conn, req wire.Reque
 			resp.Topics = append(resp.Topics, st)
 			continue
 		}
+		if _, internal := b.internalTopic(rt.Topic); internal {
+			fail(kerr.TopicAlreadyExists, "Topic '"+rt.Topic+"' already exists.")
+			resp.Topics = append(resp.Topics, st)
+			continue
+		}
 		n := rt.NumPartitions
 		if len(rt.ReplicaAssignment) > 0 {
 			if n != -1 || rt.ReplicationFactor != -1 {

@@ -38,7 +38,15 @@ func (b *Broker) handleDeleteTopics(_ context.Context, c *conn, req wire.Request
 		st.Topic, st.TopicID = tg.name, tg.id
 		var t *topics.Topic
 		var ok bool
+		_, byName := b.internalTopic(ptrString(tg.name))
+		_, byID := b.internalTopicByID(tg.id)
 		switch {
+		case byName || byID:
+			st.ErrorCode = kerr.TopicDeletionDisabled.Code
+			if r.Version >= 5 {
+				msg := "kaas keeps committed offsets and transactions in files on the volume, not in its internal topics: they cannot be deleted"
+				st.ErrorMessage = &msg
+			}
 		case tg.name != nil && *tg.name != "":
 			t, ok = b.topics.Get(*tg.name)
 			if ok && tg.id != ([16]byte{}) && t.ID != tg.id {

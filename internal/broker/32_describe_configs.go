@@ -50,6 +50,9 @@ func (b *Broker) handleDescribeConfigs(_ context.Context, c *conn, req wire.Requ
 		case kmsg.ConfigResourceTypeTopic:
 			t, ok := b.topics.Get(rr.ResourceName)
 			if !ok {
+				t, ok = b.internalTopic(rr.ResourceName)
+			}
+			if !ok {
 				res.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				resp.Resources = append(resp.Resources, res)
 				continue

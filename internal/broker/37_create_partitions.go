@@ -37,9 +37,12 @@ func (b *Broker) handleCreatePartitions(ctx context.Context, c *conn, req wire.R
 			st.ErrorCode = e.Code
 			st.ErrorMessage = &msg
 		}
+		_, internal := b.internalTopic(rt.Topic)
 		switch {
 		case seen[rt.Topic] > 1:
 			fail(kerr.InvalidRequest, "topic named more than once")
+		case internal:
+			fail(kerr.InvalidPartitions, "the internal topics of kaas hold no records; their partition count is fixed at 50")
 		case !isController:
 			fail(kerr.NotController, "send CreatePartitions to the controller")
 		default:

@@ -101,8 +101,9 @@ func start(t *testing.T) (*clustertest.Cluster, *kgo.Client) {
 	return c, cl
 }
 
-// TestKafkaTopics: kafka-topics creates, lists, describes, adds
-// partitions to and deletes a topic, and says so as it does on Kafka.
+// TestKafkaTopics: kafka-topics creates, lists (with the internal topics,
+// and without them when excluded), describes, adds partitions to and
+// deletes a topic, and says so as it does on Kafka.
 func TestKafkaTopics(t *testing.T) {
 	c, _ := start(t)
 	out := tool(t, c, "", topicsTool, "--create", "--topic", "orders", "--partitions", "3", "--config", "retention.ms=3600000")
@@ -110,8 +111,12 @@ func TestKafkaTopics(t *testing.T) {
 		t.Fatalf("create: %q", out)
 	}
 	tool(t, c, "", topicsTool, "--create", "--topic", "audit", "--partitions", "1")
-	if got := lines(tool(t, c, "", topicsTool, "--list")); !slices.Equal(got, []string{"audit", "orders"}) {
-		t.Fatalf("list: %q, want audit and orders", got)
+	// As on Kafka, the internal topics are listed unless excluded.
+	if got := lines(tool(t, c, "", topicsTool, "--list")); !slices.Equal(got, []string{"__consumer_offsets", "__transaction_state", "audit", "orders"}) {
+		t.Fatalf("list: %q, want the internal topics, audit and orders", got)
+	}
+	if got := lines(tool(t, c, "", topicsTool, "--list", "--exclude-internal")); !slices.Equal(got, []string{"audit", "orders"}) {
+		t.Fatalf("list --exclude-internal: %q, want audit and orders", got)
 	}
 	describe := func(want int) {
 		t.Helper()
@@ -133,7 +138,7 @@ func TestKafkaTopics(t *testing.T) {
 	tool(t, c, "", topicsTool, "--alter", "--topic", "orders", "--partitions", "5")
 	describe(5)
 	tool(t, c, "", topicsTool, "--delete", "--topic", "audit")
-	if got := lines(tool(t, c, "", topicsTool, "--list")); !slices.Equal(got, []string{"orders"}) {
+	if got := lines(tool(t, c, "", topicsTool, "--list", "--exclude-internal")); !slices.Equal(got, []string{"orders"}) {
 		t.Fatalf("list after delete: %q, want orders", got)
 	}
 }
