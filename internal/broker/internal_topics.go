@@ -17,6 +17,7 @@ import (
 	"crypto/sha256"
 	"slices"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kaas-dev/kaas/internal/topics"
@@ -77,7 +78,9 @@ func (b *Broker) metadataInternal(t *topics.Topic) kmsg.MetadataResponseTopic {
 		mp := kmsg.NewMetadataResponseTopicPartition()
 		mp.Partition, mp.Leader, mp.LeaderEpoch = i, -1, 0
 		mp.Replicas, mp.ISR = []int32{}, []int32{}
-		if len(nodes) > 0 {
+		if len(nodes) == 0 {
+			mp.ErrorCode = kerr.LeaderNotAvailable.Code
+		} else {
 			mp.Leader = nodes[int(i)%len(nodes)]
 			mp.Replicas, mp.ISR = []int32{mp.Leader}, []int32{mp.Leader}
 		}

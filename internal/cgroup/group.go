@@ -72,10 +72,10 @@ type Group struct {
 	// metaHash is a hash of the subscribed topics (names, ids, partition
 	// counts) the group epoch was last computed for.
 	metaHash uint64
-	// hashImage and hashEpoch are the image and epoch metaHash was last
-	// checked at (an image is immutable: the broker makes a new one when
-	// a topic changes).
-	hashImage *Image
+	// hashImage and hashEpoch are the image (its serial) and epoch
+	// metaHash was last checked at (an image is immutable: the broker
+	// makes a new one when a topic changes).
+	hashImage uint64
 	hashEpoch int32
 }
 
@@ -270,14 +270,16 @@ func (g *Group) maybeAssign(im *Image, out *Output) {
 	// Every change of a member or its subscription bumps the epoch, so the
 	// hash can only differ from the last one computed when the image or
 	// the epoch did.
-	if im != g.hashImage || g.epoch != g.hashEpoch {
+	if im == nil || im.serial != g.hashImage || g.epoch != g.hashEpoch {
 		if h := g.subscriptionHash(im); h != g.metaHash {
 			g.metaHash = h
 			if len(g.members) > 0 && g.targetEpoch == g.epoch {
 				g.bump(out, "subscribed topics changed")
 			}
 		}
-		g.hashImage, g.hashEpoch = im, g.epoch
+		if im != nil {
+			g.hashImage, g.hashEpoch = im.serial, g.epoch
+		}
 	}
 	if g.targetEpoch == g.epoch {
 		return

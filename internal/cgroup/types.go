@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -124,16 +125,20 @@ type Topic struct {
 
 // Image is the shell's view of the topics when an input arrives. It is
 // never changed once made: a group remembers the image it last hashed by
-// pointer, so a topic change must come as a new Image.
+// serial, so a topic change must come as a new Image.
 type Image struct {
 	byName map[string]Topic
 	byID   map[TopicID]Topic
 	names  []string // sorted
+	serial uint64   // unique to this image (never reused, unlike an address)
 }
+
+// imageSerials numbers the images made.
+var imageSerials atomic.Uint64
 
 // NewImage indexes topics (the last of two with one name wins).
 func NewImage(topics ...Topic) *Image {
-	im := &Image{byName: map[string]Topic{}, byID: map[TopicID]Topic{}}
+	im := &Image{byName: map[string]Topic{}, byID: map[TopicID]Topic{}, serial: imageSerials.Add(1)}
 	for _, t := range topics {
 		im.byName[t.Name] = t
 		im.byID[t.ID] = t

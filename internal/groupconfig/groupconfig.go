@@ -16,6 +16,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -72,7 +73,7 @@ func (b Bounds) Validate(name, value string) error {
 		}
 		return invalid("Unknown group config name: %s", name)
 	}
-	n, err := strconv.ParseInt(value, 10, 32)
+	n, err := strconv.ParseInt(strings.TrimSpace(value), 10, 32)
 	if err != nil {
 		return invalid("Invalid value %s for configuration %s: Not a number of type INT", value, name)
 	}
@@ -124,6 +125,9 @@ type Store struct {
 	version    fsutil.Version
 	read       time.Time // when the file was last looked at
 	refreshing bool      // a background re-read is under way (Overrides)
+	// gen grows with every change of groups: a read that began before
+	// one does not overwrite it.
+	gen uint64
 }
 
 // Open returns the store of the volume under dataDir, with the file read
@@ -164,13 +168,14 @@ func (s *Store) load(have fsutil.Version) (groups map[string]map[string]string, 
 // volume now.
 func (s *Store) Get(group string) (map[string]string, error) {
 	s.mu.Lock()
-	have := s.version
+	have, gen := s.version, s.gen
 	s.mu.Unlock()
 	groups, v, changed, err := s.load(have)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err == nil && changed && s.version == have {
+	if err == nil && changed && s.gen == gen {
 		s.groups, s.version, s.read = groups, v, s.now()
+		s.gen++
 	}
 	var out map[string]string
 	for k, val := range s.groups[group] {
@@ -191,13 +196,14 @@ func (s *Store) Overrides(group string) Overrides {
 	cfgs := s.groups[group]
 	if !s.refreshing && (s.read.IsZero() || !s.read.Add(s.maxAge).After(s.now())) {
 		s.refreshing, s.read = true, s.now()
-		have := s.version
+		have, gen := s.version, s.gen
 		go func() {
 			groups, v, changed, err := s.load(have)
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			if err == nil && changed && s.version == have { // else Alter or Get got there first
+			if err == nil && changed && s.gen == gen { // else Alter or Get got there first
 				s.groups, s.version = groups, v
+				s.gen++
 			}
 			s.refreshing = false
 		}()
@@ -261,7 +267,7 @@ func (s *Store) Alter(group string, ops []Op, b Bounds, validateOnly bool) error
 	}
 	for _, op := range ops {
 		if op.Op == 0 {
-			cfg[op.Name] = op.Value
+			cfg[op.Name] = strings.TrimSpace(op.Value)
 		} else {
 			delete(cfg, op.Name)
 		}
@@ -284,6 +290,7 @@ func (s *Store) Alter(group string, ops []Op, b Bounds, validateOnly bool) error
 	s.mu.Lock()
 	s.groups = next
 	s.version = fsutil.Version{} // the next read takes the file written
+	s.gen++
 	s.mu.Unlock()
 	return nil
 }
