@@ -35,6 +35,7 @@ type benchCmd struct {
 	DataDir     string           `name:"data-dir" help:"A directory on the volume under test (default: the system temp dir)."`
 	CompareDir  string           `name:"compare-data-dir" help:"A directory on a second volume: the goals bound to the data dir (${volumegoals}) run there too, reported beside."`
 	NoTmpfs     bool             `name:"no-tmpfs" help:"Skip the kaas-on-tmpfs target."`
+	Kafka       string           `name:"kafka" help:"Comma-separated bootstrap addresses (loopback) of an Apache Kafka cluster, such as the reference of scripts/kafka-reference.sh: measured beside kaas, the report's Kafka column."`
 	CPUProfile  string           `name:"cpuprofile" help:"Write a CPU profile of the whole run to this file (go tool pprof)."`
 	cliflag.Log `embed:""`
 }
@@ -57,6 +58,11 @@ func (c *benchCmd) run() error {
 		return err
 	}
 	cfg := bench.Config{Duration: duration, DataDir: dataDir, NoTmpfs: noTmpfs, Log: log}
+	if c.Kafka != "" {
+		if cfg.Kafka, err = bench.LoopbackAddrs(c.Kafka); err != nil {
+			return fmt.Errorf("--kafka: %w", err)
+		}
+	}
 	if goals != "" {
 		cfg.Goals = strings.Split(goals, ",")
 	}
@@ -89,7 +95,7 @@ func (c *benchCmd) run() error {
 	}
 	if compareDir != "" {
 		second := cfg
-		second.DataDir, second.NoTmpfs, second.Goals = compareDir, true, nil
+		second.DataDir, second.NoTmpfs, second.Goals, second.Kafka = compareDir, true, nil, nil
 		for _, g := range bench.VolumeGoals {
 			if len(cfg.Goals) == 0 || slices.Contains(cfg.Goals, g) {
 				second.Goals = append(second.Goals, g)

@@ -1,6 +1,7 @@
 // Package bench owns `kaas-bench`: the goals of docs/performance (each a
 // ratio taken in one run), the raw limits they are measured against, the
-// targets they run on (kaas on the data dir, kaas on tmpfs, kfake), one load
+// targets they run on (kaas on the data dir, kaas on tmpfs, kfake, and an
+// Apache Kafka cluster when the run is given one), one load
 // generator shared by every target, and the report (table, markdown, PNG).
 //
 // It may import internal/broker and internal/wire (to start brokers and pin
@@ -39,7 +40,28 @@ type Row struct {
 	Target    string  // "≥ 1.0", "≤ 1.25", "info"
 	Met       bool
 	Note      string
+	// Kafka is the same measurement taken on Apache Kafka (kaas-bench
+	// --kafka) in this run, in Unit; 0 when the run had no Kafka cluster or
+	// the row has no like-for-like twin there. KafkaNote says what the
+	// figure includes, or why it is missing.
+	Kafka     float64
+	KafkaNote string
 }
+
+// WithKafka returns r with the Kafka figure of the same measurement. err,
+// when the measurement on Kafka failed, is kept in KafkaNote: the row of
+// kaas stands either way.
+func (r Row) WithKafka(v float64, note string, err error) Row {
+	if err != nil {
+		r.Kafka, r.KafkaNote = 0, "failed: "+err.Error()
+		return r
+	}
+	r.Kafka, r.KafkaNote = v, note
+	return r
+}
+
+// KafkaRatio is Ours / Kafka, 0 when there is no Kafka figure.
+func (r Row) KafkaRatio() float64 { return ratio(r.Ours, r.Kafka) }
 
 // AtLeast builds a row whose goal is Ours ≥ min × Reference.
 func AtLeast(goal, what, unit string, ours, ref float64, refName string, min float64, note string) Row {

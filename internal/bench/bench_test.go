@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
 )
 
 // TestGoalsProduceWellFormedRows runs every registered goal for a tiny
@@ -141,5 +143,87 @@ func TestFSTypeNamesTheMount(t *testing.T) {
 	}
 	if got := unescapeMount(`/mnt/a\040b`); got != "/mnt/a b" {
 		t.Errorf("unescapeMount: %q", got)
+	}
+}
+
+// TestKafkaColumnHoldsTheLikeForLikeRows runs the goals that measure a
+// Kafka cluster beside kaas, with a second kfake standing in for it (any
+// Kafka-compatible cluster answers the same requests), and checks that each
+// like-for-like row carries the figure and that the other rows do not.
+func TestKafkaColumnHoldsTheLikeForLikeRows(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	other, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	rep, err := Run(ctx, Config{
+		Goals:    []string{"produce", "fetch", "commit", "find-coordinator", "groups-mem", "rebalance", "consumer848"},
+		Duration: 150 * time.Millisecond, Concurrency: []int{1}, DataDir: t.TempDir(), Kafka: other.ListenAddrs(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Errors) > 0 {
+		t.Fatalf("goals failed: %v", rep.Errors)
+	}
+	if !strings.Contains(rep.Machine.Kafka, "1 broker at "+other.ListenAddrs()[0]) {
+		t.Errorf("Machine.Kafka = %q, want the broker count and address", rep.Machine.Kafka)
+	}
+	likeForLike := []string{
+		"produce p50, 1 record/request, kaas durable", "produce c=1, kaas durable",
+		"fetch 2004 recs, kaas vs", // the durable target only
+		"OffsetCommit p50, 1 partition, kaas durable", "OffsetCommit p50, 1000 partitions, kaas durable",
+		"OffsetCommit, 64 groups in parallel, kaas durable", "OffsetCommit, 1 group × 64 committers, kaas durable",
+		"FindCoordinator p50", "FindCoordinator p99",
+		"OffsetFetch, 1000 partitions", "Heartbeat, 64 members",
+		"rebalance: +1 member", "default 3000 ms delay",
+		"consumer group: 10 members reconciled", "consumer group: +1 member", "ConsumerGroupHeartbeat with 8 members",
+	}
+	found := map[string]bool{}
+	for _, r := range rep.Rows {
+		want := false
+		for _, w := range likeForLike {
+			if strings.Contains(r.What, w) {
+				want, found[w] = true, true
+			}
+		}
+		switch {
+		case want && (r.Kafka <= 0 || math.IsNaN(r.Kafka) || strings.HasPrefix(r.KafkaNote, "failed")):
+			t.Errorf("row %q: Kafka %v (%s), want the figure", r.What, r.Kafka, r.KafkaNote)
+		case !want && (r.Kafka != 0 || r.KafkaNote != ""):
+			t.Errorf("row %q has a Kafka figure %v (%s) but no like-for-like twin", r.What, r.Kafka, r.KafkaNote)
+		}
+	}
+	for _, w := range likeForLike {
+		if !found[w] {
+			t.Errorf("no row matches %q", w)
+		}
+	}
+	var md, table strings.Builder
+	rep.WriteMarkdown(&md, "bench.png")
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| Apache Kafka | 1 broker at ", "| met | Kafka | ÷ Kafka | note |", "does not fsync per write"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if !strings.Contains(table.String(), "ours/kafka") {
+		t.Errorf("table lacks the Kafka columns:\n%s", table.String())
+	}
+}
+
+// TestKafkaAddressesMustBeOnLoopback: the load goes to this machine only.
+func TestKafkaAddressesMustBeOnLoopback(t *testing.T) {
+	if got, err := LoopbackAddrs("127.0.0.1:19092, [::1]:19093,localhost:19094"); err != nil || len(got) != 3 {
+		t.Errorf("loopback list: %v, %v", got, err)
+	}
+	for _, bad := range []string{"10.0.0.1:9092", "example.com:9092", "127.0.0.1", "127.0.0.1:x"} {
+		if _, err := LoopbackAddrs(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }

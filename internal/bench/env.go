@@ -5,11 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kversion"
@@ -21,10 +26,14 @@ import (
 
 // Target is one running Kafka-compatible cluster a goal can drive.
 type Target struct {
-	Name    string   // "kaas", "kaas-tmpfs", "kfake"
+	Name    string   // "kaas", "kaas-tmpfs", "kfake", "kafka"
 	Addrs   []string // bootstrap addresses, all on 127.0.0.1
-	DataDir string   // the volume of a kaas target; "" for kfake
+	DataDir string   // the volume of a kaas target; "" for kfake and Kafka
 	Durable bool     // acks=all waits for an fsync that reaches a disk
+	// Replication is the replication factor of the topics a goal creates:
+	// 0 means 1 (kaas and kfake keep one copy); -1 is the cluster's
+	// default.replication.factor (Kafka, whose durability is its replicas).
+	Replication int16
 }
 
 // Env is what one run gives its goals. The Runner owns it: targets started
@@ -37,6 +46,12 @@ type Env struct {
 	KaasMem *Target
 	// Kfake is franz-go's in-memory kfake with one broker.
 	Kfake Target
+	// Kafka is an Apache Kafka cluster the run was given (kaas-bench
+	// --kafka), measured beside kaas where the rows compare like with like;
+	// nil without one. KafkaDesc says what it is (brokers, replication,
+	// flush policy), as read from the cluster.
+	Kafka     *Target
+	KafkaDesc string
 
 	DataDir     string        // the volume under test (limits and Kaas live under it)
 	Duration    time.Duration // how long each throughput measurement runs
@@ -55,7 +70,8 @@ type EnvConfig struct {
 	Duration    time.Duration
 	Concurrency []int
 	Log         *slog.Logger
-	NoTmpfs     bool // skip the kaas-on-tmpfs target
+	NoTmpfs     bool     // skip the kaas-on-tmpfs target
+	Kafka       []string // bootstrap addresses of an Apache Kafka cluster; none: no Kafka column
 }
 
 // NewEnv starts the three standard targets. Close stops them.
@@ -96,7 +112,114 @@ func NewEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 		e.Close()
 		return nil, err
 	}
+	if len(cfg.Kafka) > 0 {
+		t := Target{Name: "kafka", Addrs: cfg.Kafka, Replication: -1}
+		if e.KafkaDesc, err = DescribeKafka(ctx, t); err == nil {
+			err = waitGroupCoordinator(ctx, t)
+		}
+		if err != nil {
+			e.Close()
+			return nil, err
+		}
+		e.Kafka = &t
+	}
 	return e, nil
+}
+
+// LoopbackAddrs parses a comma-separated list of host:port addresses and
+// refuses any that is not on loopback: the benchmark's load goes to this
+// machine only.
+func LoopbackAddrs(list string) ([]string, error) {
+	var addrs []string
+	for _, a := range strings.Split(list, ",") {
+		a = strings.TrimSpace(a)
+		host, port, err := net.SplitHostPort(a)
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", a, err)
+		}
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return nil, fmt.Errorf("%q: port %q is not a number", a, port)
+		}
+		ip, err := netip.ParseAddr(host)
+		if host == "localhost" {
+			ip, err = netip.MustParseAddr("127.0.0.1"), nil
+		}
+		if err != nil || !ip.IsLoopback() {
+			return nil, fmt.Errorf("%q: not a loopback address (127.0.0.0/8, ::1 or localhost)", a)
+		}
+		addrs = append(addrs, a)
+	}
+	return addrs, nil
+}
+
+// waitGroupCoordinator waits until t names a group coordinator: a fresh
+// Kafka cluster creates __consumer_offsets on the first FindCoordinator and
+// answers COORDINATOR_NOT_AVAILABLE until its partitions have leaders, which
+// no goal should measure.
+func waitGroupCoordinator(ctx context.Context, t Target) error {
+	cl, err := kgo.NewClient(ClientOpts(t)...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		err := kadm.NewClient(cl).FindGroupCoordinators(cctx, "kaas-bench-warm-up").Error()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-cctx.Done():
+			return fmt.Errorf("bench: kafka names no group coordinator: %w", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// DescribeKafka says what the cluster at t is, read from it: its brokers and
+// the settings that decide what an acknowledged write means (replication,
+// min.insync.replicas, flush policy). It fails when the cluster does not
+// answer, so that a run given a wrong address stops before measuring.
+func DescribeKafka(ctx context.Context, t Target) (string, error) {
+	cl, err := kgo.NewClient(ClientOpts(t)...)
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	md, err := adm.BrokerMetadata(cctx)
+	if err != nil {
+		return "", fmt.Errorf("bench: kafka at %s: %w", strings.Join(t.Addrs, ","), err)
+	}
+	desc := fmt.Sprintf("%d brokers at %s", len(md.Brokers), strings.Join(t.Addrs, ", "))
+	if len(md.Brokers) == 1 {
+		desc = "1 broker at " + strings.Join(t.Addrs, ", ")
+	}
+	if len(md.Brokers) == 0 {
+		return "", fmt.Errorf("bench: kafka at %s lists no broker", strings.Join(t.Addrs, ","))
+	}
+	rcs, err := adm.DescribeBrokerConfigs(cctx, md.Brokers[0].NodeID)
+	if err != nil {
+		return desc, nil // the figures stand without the settings
+	}
+	want := []string{"default.replication.factor", "min.insync.replicas", "log.flush.interval.messages"}
+	for _, rc := range rcs {
+		if rc.Err != nil {
+			continue
+		}
+		for _, name := range want {
+			for _, c := range rc.Configs {
+				if c.Key == name {
+					desc += fmt.Sprintf(", %s %s", name, c.MaybeValue())
+				}
+			}
+		}
+		break
+	}
+	return desc, nil
 }
 
 func (e *Env) onClose(f func()) {

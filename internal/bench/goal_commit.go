@@ -59,6 +59,37 @@ func (commitGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 		return nil, err
 	}
 	defer dropTopic(ctx, env, t, commitTopic)
+	// On Kafka the same loops run against a topic of one replica: a commit
+	// is written to __consumer_offsets, replicated as the cluster says,
+	// whatever the committed topic's replication.
+	var kafka *Target
+	if env.Kafka != nil {
+		k := *env.Kafka
+		k.Replication = 1
+		if err := CreateTopic(ctx, k, commitTopic, commitPartitions); err != nil {
+			env.Log.Warn("bench: no commit rows on kafka", "err", err)
+		} else {
+			kafka = &k
+			defer dropTopic(ctx, env, k, commitTopic)
+		}
+	}
+	// onKafka runs the loop of a row on Kafka too, when the run has it:
+	// latency p50 (rate false) or commits/s.
+	onKafka := func(row Row, workers, groups, parts int, prefix string, rate bool) Row {
+		if env.Kafka == nil {
+			return row
+		}
+		if kafka == nil {
+			return row.WithKafka(0, "", fmt.Errorf("the commit topic could not be created"))
+		}
+		lat, r, err := commitLoop(ctx, *kafka, workers, groups, parts, window, prefix+"-kafka")
+		v := r
+		if !rate {
+			v = us(percentile(lat, 0.5))
+		}
+		return row.WithKafka(v, fmt.Sprintf("p50 %s p99 %s; %d commits",
+			fmtDur(percentile(lat, 0.5)), fmtDur(percentile(lat, 0.99)), len(lat)), err)
+	}
 	var rows []Row
 
 	// 1. One partition, one committer: p50 against the file pattern.
@@ -67,10 +98,10 @@ func (commitGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 		return rows, err
 	}
 	p50, p99 := percentile(lat, 0.5), percentile(lat, 0.99)
-	rows = append(rows, AtMost(g, fmt.Sprintf("OffsetCommit p50, 1 partition, kaas %s vs L", kind), "µs",
+	rows = append(rows, onKafka(AtMost(g, fmt.Sprintf("OffsetCommit p50, 1 partition, kaas %s vs L", kind), "µs",
 		us(p50), us(lim.FileP50), RefL, commitLatencyBound,
 		fmt.Sprintf("L = file pattern p50 (1 KiB, same volume); p99 %s vs L p99 %s; loopback p50 %s; %d commits",
-			fmtDur(p99), fmtDur(lim.FileP99), fmtDur(lim.LoopP50), len(lat))))
+			fmtDur(p99), fmtDur(lim.FileP99), fmtDur(lim.LoopP50), len(lat))), 1, 1, 1, "bench-c1", false))
 
 	// 2. 1000 partitions, one committer: p50 against the file pattern with a
 	// file of the size kaas writes for that group.
@@ -88,20 +119,21 @@ func (commitGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 	}
 	bigL := percentile(bigLat, 0.5)
 	p50, p99 = percentile(lat, 0.5), percentile(lat, 0.99)
-	rows = append(rows, AtMost(g, fmt.Sprintf("OffsetCommit p50, 1000 partitions, kaas %s vs L+1ms", kind), "µs",
+	rows = append(rows, onKafka(AtMost(g, fmt.Sprintf("OffsetCommit p50, 1000 partitions, kaas %s vs L+1ms", kind), "µs",
 		us(p50), us(bigL)+1000, RefL, 1.0,
 		fmt.Sprintf("L = file pattern p50 with a %d KB file (the group's file) = %s; p99 %s; %d commits",
-			size>>10, fmtDur(bigL), fmtDur(p99), len(lat))))
+			size>>10, fmtDur(bigL), fmtDur(p99), len(lat))), 1, 1, commitPartitions, "bench-c1000", false))
 
 	// 3. 64 groups in parallel: files/s against the volume's ceiling.
 	lat, rate, err := commitLoop(ctx, t, parallelGroups, parallelGroups, 1, window, "bench-c64")
 	if err != nil {
 		return rows, err
 	}
-	rows = append(rows, AtLeast(g, fmt.Sprintf("OffsetCommit, 64 groups in parallel, kaas %s vs L ceiling", kind), "commits/s",
+	rows = append(rows, onKafka(AtLeast(g, fmt.Sprintf("OffsetCommit, 64 groups in parallel, kaas %s vs L ceiling", kind), "commits/s",
 		rate, lim.Files8, RefL, commitCeilingShare,
 		fmt.Sprintf("L = file pattern files/s at 8 writers; 1 writer %.0f/s; p50 %s p99 %s; %d commits",
-			lim.Files1, fmtDur(percentile(lat, 0.5)), fmtDur(percentile(lat, 0.99)), len(lat))))
+			lim.Files1, fmtDur(percentile(lat, 0.5)), fmtDur(percentile(lat, 0.99)), len(lat))),
+		parallelGroups, parallelGroups, 1, "bench-c64", true))
 
 	// 4. One hot group, 64 committers (each on its own partition): coalesced
 	// writes, each ack after the fsync that covers it.
@@ -109,10 +141,11 @@ func (commitGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 	if err != nil {
 		return rows, err
 	}
-	rows = append(rows, AtLeast(g, fmt.Sprintf("OffsetCommit, 1 group × 64 committers, kaas %s vs 5,000/s", kind), "commits/s",
+	rows = append(rows, onKafka(AtLeast(g, fmt.Sprintf("OffsetCommit, 1 group × 64 committers, kaas %s vs 5,000/s", kind), "commits/s",
 		rate, hotGroupCommits, RefSpec, 1.0,
 		fmt.Sprintf("absolute goal of the spec; %.1f × L files/s at 8 writers; p50 %s p99 %s; %d commits",
-			rate/max(lim.Files8, 1), fmtDur(percentile(lat, 0.5)), fmtDur(percentile(lat, 0.99)), len(lat))))
+			rate/max(lim.Files8, 1), fmtDur(percentile(lat, 0.5)), fmtDur(percentile(lat, 0.99)), len(lat))),
+		parallelGroups, 1, 1, "bench-hot", true))
 	return rows, nil
 }
 

@@ -109,7 +109,7 @@ func (consumer848Goal) Run(ctx context.Context, env *Env) ([]Row, error) {
 	if mem.Durable {
 		where = "kaas (no tmpfs)"
 	}
-	return []Row{
+	rows := []Row{
 		AtMost(g, fmt.Sprintf("consumer group: %d members reconciled, %s vs kfake", n, where), "ms",
 			ms(ours.form), ms(peer.form), RefKfake, 1.0,
 			fmt.Sprintf("median of %d; from the first join to every member at one epoch owning its share of %d partitions, each owned once", rebalanceReps, c848Partitions)),
@@ -119,7 +119,21 @@ func (consumer848Goal) Run(ctx context.Context, env *Env) ([]Row, error) {
 		AtLeast(g, fmt.Sprintf("consumer group: ConsumerGroupHeartbeat with %d members, %s vs kfake", tput, where), "heartbeats/s",
 			ours.rate, peer.rate, RefKfake, 1.0,
 			fmt.Sprintf("%d members each heartbeating back to back for %s, one client each", tput, window)),
-	}, nil
+	}
+	if env.Kafka != nil {
+		// The topic's replication does not matter to an assignment.
+		k := *env.Kafka
+		k.Replication = 1
+		kf, err := measure(k)
+		const note = "group.protocol consumer served by Kafka; it writes a group's epoch changes to __consumer_offsets (replicated) before answering"
+		rows[0] = rows[0].WithKafka(ms(kf.form), note, err)
+		rows[1] = rows[1].WithKafka(ms(kf.plus1), note, err)
+		rows[2] = rows[2].WithKafka(kf.rate, note, err)
+		if err == nil {
+			dropTopic(ctx, env, k, c848Topic)
+		}
+	}
+	return rows, nil
 }
 
 // c848Run drives the members of one KIP-848 group, one client each.

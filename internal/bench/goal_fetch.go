@@ -80,10 +80,16 @@ func (fetchGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 		if t.Durable {
 			what = "kaas log on disk (page cache), no fsync on this path"
 		}
-		rows = append(rows, AtLeast(g, fmt.Sprintf("fetch %d recs, %s vs kfake", want, t.Name), "rec/s",
+		row := AtLeast(g, fmt.Sprintf("fetch %d recs, %s vs kfake", want, t.Name), "rec/s",
 			ours.RecordsPerSec(), peer.RecordsPerSec(), RefKfake, 1.0,
 			fmt.Sprintf("%s; MB/s %.1f vs %.1f", what, ours.MBPerSec(), peer.MBPerSec())+
-				incomplete(t.Name, ours, want)+incomplete("kfake", peer, pwant)))
+				incomplete(t.Name, ours, want)+incomplete("kfake", peer, pwant))
+		if env.Kafka != nil && t.Durable {
+			k, kwant, err := run(*env.Kafka)
+			row = row.WithKafka(k.RecordsPerSec(), fmt.Sprintf("%.1f MB/s, the 4 partitions led by the cluster's brokers",
+				k.MBPerSec())+incomplete("kafka", k, kwant), err)
+		}
+		rows = append(rows, row)
 	}
 	return rows, nil
 }

@@ -77,10 +77,17 @@ func (findCoordGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 	}
 	p50, p99 := percentile(ours, 0.5), percentile(ours, 0.99)
 	pp50, pp99 := percentile(peer, 0.5), percentile(peer, 0.99)
-	return []Row{
+	rows := []Row{
 		AtMost(g, fmt.Sprintf("FindCoordinator p50, kaas %s vs kfake", kind), "µs", us(p50), us(pp50), RefKfake, findCoordP50Bound,
 			fmt.Sprintf("no disk I/O by construction (in-memory assignment table); kfake p99 %s; %d requests", fmtDur(pp99), len(ours))),
 		AtMost(g, fmt.Sprintf("FindCoordinator p99, kaas %s vs 250 µs", kind), "µs", us(p99), findCoordP99Max, RefSpec, 1.0,
 			fmt.Sprintf("absolute bound of the spec; kfake p99 %s", fmtDur(pp99))),
-	}, nil
+	}
+	if env.Kafka != nil {
+		k, err := measure(*env.Kafka)
+		note := fmt.Sprintf("%d requests to the seed broker", len(k))
+		rows[0] = rows[0].WithKafka(us(percentile(k, 0.5)), note, err)
+		rows[1] = rows[1].WithKafka(us(percentile(k, 0.99)), note, err)
+	}
+	return rows, nil
 }

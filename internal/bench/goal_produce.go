@@ -78,10 +78,15 @@ func (produceGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 		return rows, err
 	}
 	l := lim.AppendP50 + lim.LoopP50
-	rows = append(rows, AtMost(g, fmt.Sprintf("produce p50, 1 record/request, kaas %s vs L", kind), "µs",
+	row := AtMost(g, fmt.Sprintf("produce p50, 1 record/request, kaas %s vs L", kind), "µs",
 		us(p50), us(l), RefL, durableLatencyBound,
 		fmt.Sprintf("L = fsynced append p50 %s + loopback p50 %s; p99 %s; %d requests",
-			fmtDur(lim.AppendP50), fmtDur(lim.LoopP50), fmtDur(p99), n)))
+			fmtDur(lim.AppendP50), fmtDur(lim.LoopP50), fmtDur(p99), n))
+	if env.Kafka != nil {
+		k50, k99, kn, err := latency(*env.Kafka)
+		row = row.WithKafka(us(k50), fmt.Sprintf("p99 %s; %d requests", fmtDur(k99), kn), err)
+	}
+	rows = append(rows, row)
 
 	// Throughput: c producers, producer i on partition i.
 	for _, c := range env.Concurrency {
@@ -123,8 +128,13 @@ func (produceGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 		if mem != nil && mem.Records > 0 {
 			note += fmt.Sprintf("; %.2f × kaas-tmpfs", disk.RecordsPerSec()/mem.RecordsPerSec())
 		}
-		rows = append(rows, Info(g, fmt.Sprintf("produce c=%d, kaas %s vs kfake", c, kind), "rec/s",
-			disk.RecordsPerSec(), peer.RecordsPerSec(), RefKfake, note))
+		row := Info(g, fmt.Sprintf("produce c=%d, kaas %s vs kfake", c, kind), "rec/s",
+			disk.RecordsPerSec(), peer.RecordsPerSec(), RefKfake, note)
+		if env.Kafka != nil {
+			k, err := run(*env.Kafka)
+			row = row.WithKafka(k.RecordsPerSec(), fmt.Sprintf("%.1f MB/s; %.0f acked batches/s", k.MBPerSec(), k.BatchesPerSec()), err)
+		}
+		rows = append(rows, row)
 	}
 	return rows, nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -192,7 +193,8 @@ func Consume(ctx context.Context, t Target, topic string, want int64, d time.Dur
 	return res, nil
 }
 
-// CreateTopic creates topic on t with the given partitions.
+// CreateTopic creates topic on t with the given partitions, replicated as
+// t.Replication says.
 func CreateTopic(ctx context.Context, t Target, topic string, partitions int32) error {
 	cl, err := kgo.NewClient(ClientOpts(t)...)
 	if err != nil {
@@ -201,9 +203,22 @@ func CreateTopic(ctx context.Context, t Target, topic string, partitions int32) 
 	defer cl.Close()
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	resp, err := kadm.NewClient(cl).CreateTopic(cctx, partitions, 1, nil, topic)
-	if err == nil {
-		err = resp.Err
+	rf := t.Replication
+	if rf == 0 {
+		rf = 1
+	}
+	var resp kadm.CreateTopicResponse
+	for {
+		resp, err = kadm.NewClient(cl).CreateTopic(cctx, partitions, rf, nil, topic)
+		if err == nil {
+			err = resp.Err
+		}
+		// Kafka deletes a topic in the background: a name deleted by the
+		// previous measurement can be taken for a moment longer.
+		if !errors.Is(err, kerr.TopicAlreadyExists) || cctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if err != nil {
 		return fmt.Errorf("bench: create topic %s on %s: %w", topic, t.Name, err)

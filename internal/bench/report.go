@@ -14,10 +14,20 @@ import (
 // WriteTable writes the rows as an aligned text table.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "#\tgoal\twhat\tours\treference\tratio\ttarget\tmet")
+	kafka := r.Machine.Kafka != ""
+	head := "#\tgoal\twhat\tours\treference\tratio\ttarget\tmet"
+	if kafka {
+		head += "\tkafka\tours/kafka"
+	}
+	fmt.Fprintln(tw, head)
 	for i, row := range r.Rows {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s %s\t%s %s\t%s\t%s\t%s\n", i+1, row.Goal, row.What,
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s %s\t%s %s\t%s\t%s\t%s", i+1, row.Goal, row.What,
 			num(row.Ours), row.Unit, num(row.Reference), row.RefName, num(row.Ratio), row.Target, met(row))
+		if kafka {
+			k, kr := kafkaCells(row)
+			fmt.Fprintf(tw, "\t%s\t%s", k, kr)
+		}
+		fmt.Fprintln(tw)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -28,6 +38,18 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// kafkaCells are a row's Kafka figure and ours / Kafka: "–" for a row with
+// no like-for-like twin on Kafka, "failed" when its measurement there failed.
+func kafkaCells(row Row) (figure, rel string) {
+	switch {
+	case row.Kafka > 0:
+		return num(row.Kafka) + " " + row.Unit, num(row.KafkaRatio())
+	case row.KafkaNote != "":
+		return "failed", "–"
+	}
+	return "–", "–"
 }
 
 func met(row Row) string {
@@ -89,16 +111,41 @@ func (r *Report) WriteMarkdown(w io.Writer, chart string) {
 	p("| data dir | %s |\n", describeFS(m))
 	p("| kaas-tmpfs target | %v |\n", yesNo(m.TmpfsKaas))
 	p("| kfake | %s, 1 broker, in memory |\n", m.Kfake)
+	if m.Kafka != "" {
+		p("| Apache Kafka | %s |\n", mdEscape(m.Kafka))
+	}
 	p("| duration per measurement | %s |\n| concurrency | %s |\n", m.Duration, joinInts(m.Concurr))
 	p("| whole run | %s |\n\n", r.Took.Round(100_000_000))
 
 	p("## Results\n\n")
-	p("Ratio = ours / reference. *met* is `-` for rows with no goal (limits, shown for scale).\n\n")
-	p("| # | goal | what | ours | reference | ratio | target | met | note |\n")
-	p("|---|---|---|---|---|---|---|---|---|\n")
+	p("Ratio = ours / reference. *met* is `-` for rows with no goal (limits, shown for scale).")
+	kafka := m.Kafka != ""
+	if kafka {
+		p(" *Kafka* is the same measurement on the Apache Kafka cluster above, taken in this run ")
+		p("where it compares like with like (\"–\" elsewhere); *÷ Kafka* is ours / Kafka, to be ")
+		p("read in the row's direction (latency: lower is better; rates: higher). The goals ")
+		p("bound the ratio against the reference column, not against Kafka.")
+	}
+	p("\n\n")
+	if kafka {
+		p("| # | goal | what | ours | reference | ratio | target | met | Kafka | ÷ Kafka | note |\n")
+		p("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	} else {
+		p("| # | goal | what | ours | reference | ratio | target | met | note |\n")
+		p("|---|---|---|---|---|---|---|---|---|\n")
+	}
 	for i, row := range r.Rows {
-		p("| %d | %s | %s | %s %s | %s %s | %s | %s | %s | %s |\n", i+1, row.Goal, mdEscape(row.What),
-			num(row.Ours), row.Unit, num(row.Reference), row.RefName, num(row.Ratio), row.Target, met(row), mdEscape(row.Note))
+		p("| %d | %s | %s | %s %s | %s %s | %s | %s | %s | ", i+1, row.Goal, mdEscape(row.What),
+			num(row.Ours), row.Unit, num(row.Reference), row.RefName, num(row.Ratio), row.Target, met(row))
+		note := row.Note
+		if kafka {
+			k, kr := kafkaCells(row)
+			p("%s | %s | ", k, kr)
+			if row.KafkaNote != "" {
+				note += "; Kafka: " + row.KafkaNote
+			}
+		}
+		p("%s |\n", mdEscape(note))
 	}
 	if len(r.Errors) > 0 {
 		p("\n### Errors\n\n")
@@ -129,6 +176,18 @@ func (r *Report) WriteMarkdown(w io.Writer, chart string) {
 	p("- Reading does not fsync, so fetch compares both kaas targets with kfake.\n")
 	p("- One load generator (franz-go kgo, the same options) drives every target, pinned to ")
 	p("the protocol versions kaas advertises so that both peers see the same requests.\n")
+	if kafka {
+		p("- Apache Kafka and kaas differ in what an acknowledgement means. Kafka acknowledges ")
+		p("an acks=all write (records, and the commits it keeps in `__consumer_offsets`) once ")
+		p("the in-sync replicas have it (`min.insync.replicas`), in their page cache: it does not ")
+		p("fsync per write by default (`log.flush.interval.messages` unset). kaas acknowledges after ")
+		p("an fsync of the one copy on the shared volume. Each Kafka figure sits on the row of ")
+		p("the kaas target nearest to it: durable kaas for produce, fetch and commits, the ")
+		p("in-memory group target for group paths that neither side writes to disk ")
+		p("(heartbeats, joins, OffsetFetch). Topics on Kafka take the cluster's default ")
+		p("replication factor. Kafka's processes share this machine's cores with kaas and ")
+		p("the load generator; kaas runs one broker, Kafka the cluster it was given.\n")
+	}
 }
 
 // describeFS says what the data dir is on.

@@ -22,7 +22,11 @@ type Config struct {
 	// system temp dir.
 	DataDir string
 	NoTmpfs bool // skip the kaas-on-tmpfs target
-	Log     *slog.Logger
+	// Kafka is the bootstrap of an Apache Kafka cluster (the reference of
+	// scripts/kafka-reference.sh) measured beside kaas where the rows
+	// compare like with like; empty: no Kafka column.
+	Kafka []string
+	Log   *slog.Logger
 }
 
 // Machine describes where a run happened.
@@ -37,6 +41,7 @@ type Machine struct {
 	DataFS     string // the data dir's file system type (FSType), "" unknown
 	TmpfsKaas  bool   // the kaas-tmpfs target ran
 	Kfake      string // kfake's module version
+	Kafka      string // the Kafka cluster of the run (Env.KafkaDesc), "" without one
 	Duration   time.Duration
 	Concurr    []int
 }
@@ -90,7 +95,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	start := time.Now()
 	env, err := NewEnv(ctx, EnvConfig{DataDir: dir, Duration: cfg.Duration, Concurrency: cfg.Concurrency,
-		Log: cfg.Log, NoTmpfs: cfg.NoTmpfs})
+		Log: cfg.Log, NoTmpfs: cfg.NoTmpfs, Kafka: cfg.Kafka})
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +104,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(),
 		OS: runtime.GOOS, Arch: runtime.GOARCH, Date: start.UTC(),
 		DataDir: dir, DataTmpfs: IsTmpfs(dir), DataFS: FSType(dir), TmpfsKaas: env.KaasMem != nil,
-		Kfake:    moduleVersion("github.com/twmb/franz-go/pkg/kfake"),
+		Kfake: moduleVersion("github.com/twmb/franz-go/pkg/kfake"), Kafka: env.KafkaDesc,
 		Duration: env.Duration, Concurr: env.Concurrency,
 	}}
 	for _, g := range goals {
