@@ -59,38 +59,20 @@ func (commitGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 		return nil, err
 	}
 	defer dropTopic(ctx, env, t, commitTopic)
-	// On Kafka the same loops run against a topic of one replica: a commit
-	// is written to __consumer_offsets, replicated as the cluster says,
-	// whatever the committed topic's replication.
-	var kafka *Target
-	if env.Kafka != nil {
-		k := *env.Kafka
-		k.Replication = 1
-		if err := CreateTopic(ctx, k, commitTopic, commitPartitions); err != nil {
-			env.Log.Warn("bench: no commit rows on kafka", "err", err)
-		} else {
-			kafka = &k
-			defer dropTopic(ctx, env, k, commitTopic)
-		}
+	// loops are the rows' loops, run on Kafka after every kaas row (a
+	// 1000-partition topic keeps Kafka writing for seconds after it is
+	// created: it must not be created while kaas is measured).
+	type kafkaLoop struct {
+		workers, groups, parts int
+		prefix                 string
+		rate                   bool // commits/s; else the p50 in µs
 	}
-	// onKafka runs the loop of a row on Kafka too, when the run has it:
-	// latency p50 (rate false) or commits/s.
-	onKafka := func(row Row, workers, groups, parts int, prefix string, rate bool) Row {
-		if env.Kafka == nil {
-			return row
-		}
-		if kafka == nil {
-			return row.WithKafka(0, "", fmt.Errorf("the commit topic could not be created"))
-		}
-		lat, r, err := commitLoop(ctx, *kafka, workers, groups, parts, window, prefix+"-kafka")
-		v := r
-		if !rate {
-			v = us(percentile(lat, 0.5))
-		}
-		return row.WithKafka(v, fmt.Sprintf("p50 %s p99 %s; %d commits",
-			fmtDur(percentile(lat, 0.5)), fmtDur(percentile(lat, 0.99)), len(lat)), err)
-	}
+	var loops []kafkaLoop
 	var rows []Row
+	onKafka := func(row Row, workers, groups, parts int, prefix string, rate bool) Row { // row i ↔ loops[i]
+		loops = append(loops, kafkaLoop{workers, groups, parts, prefix, rate})
+		return row
+	}
 
 	// 1. One partition, one committer: p50 against the file pattern.
 	lat, _, err := commitLoop(ctx, t, 1, 1, 1, window, "bench-c1")
@@ -146,7 +128,40 @@ func (commitGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 		fmt.Sprintf("absolute goal of the spec; %.1f × L files/s at 8 writers; p50 %s p99 %s; %d commits",
 			rate/max(lim.Files8, 1), fmtDur(percentile(lat, 0.5)), fmtDur(percentile(lat, 0.99)), len(lat))),
 		parallelGroups, 1, 1, "bench-hot", true))
+	if env.Kafka != nil {
+		commitOnKafka(ctx, env, rows, func(i int, t Target) Row {
+			l := loops[i]
+			lat, r, err := commitLoop(ctx, t, l.workers, l.groups, l.parts, window, l.prefix+"-kafka")
+			v := r
+			if !l.rate {
+				v = us(percentile(lat, 0.5))
+			}
+			return rows[i].WithKafka(v, fmt.Sprintf("p50 %s p99 %s; %d commits",
+				fmtDur(percentile(lat, 0.5)), fmtDur(percentile(lat, 0.99)), len(lat)), err)
+		})
+	}
 	return rows, nil
+}
+
+// commitOnKafka runs measure on Kafka for each of rows, on a commit topic of
+// one replica (a commit goes to __consumer_offsets, replicated as the cluster
+// says, whatever the committed topic's replication), created after the kaas
+// measurements and dropped after Kafka's; then it lets Kafka's writes settle.
+func commitOnKafka(ctx context.Context, env *Env, rows []Row, measure func(i int, t Target) Row) {
+	k := *env.Kafka
+	k.Replication = 1
+	err := CreateTopic(ctx, k, commitTopic, commitPartitions)
+	for i := range rows {
+		if err != nil {
+			rows[i] = rows[i].WithKafka(0, "", err)
+			continue
+		}
+		rows[i] = measure(i, k)
+	}
+	if err == nil {
+		dropTopic(ctx, env, k, commitTopic)
+	}
+	env.Settle()
 }
 
 // groupWindow is how long each group measurement runs: the run's duration,

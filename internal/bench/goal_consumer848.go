@@ -129,9 +129,8 @@ func (consumer848Goal) Run(ctx context.Context, env *Env) ([]Row, error) {
 		rows[0] = rows[0].WithKafka(ms(kf.form), note, err)
 		rows[1] = rows[1].WithKafka(ms(kf.plus1), note, err)
 		rows[2] = rows[2].WithKafka(kf.rate, note, err)
-		if err == nil {
-			dropTopic(ctx, env, k, c848Topic)
-		}
+		dropTopic(ctx, env, k, c848Topic)
+		env.Settle()
 	}
 	return rows, nil
 }

@@ -86,6 +86,7 @@ func (fetchGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 				incomplete(t.Name, ours, want)+incomplete("kfake", peer, pwant))
 		if env.Kafka != nil && t.Durable {
 			k, kwant, err := run(*env.Kafka)
+			env.Settle()
 			row = row.WithKafka(k.RecordsPerSec(), fmt.Sprintf("%.1f MB/s, the 4 partitions led by the cluster's brokers",
 				k.MBPerSec())+incomplete("kafka", k, kwant), err)
 		}

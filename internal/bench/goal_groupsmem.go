@@ -43,21 +43,6 @@ func (groupsMemGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 		}
 		defer dropTopic(ctx, env, t, commitTopic)
 	}
-	// Kafka takes the loads that stay in memory there too (OffsetFetch is
-	// answered from the coordinator's cache, heartbeats touch no log); its
-	// commits are acknowledged after replication and stand on the commit
-	// goal's durable rows instead.
-	var kafka *Target
-	if env.Kafka != nil {
-		k := *env.Kafka
-		k.Replication = 1
-		if err := CreateTopic(ctx, k, commitTopic, commitPartitions); err != nil {
-			env.Log.Warn("bench: no groups-mem rows on kafka", "err", err)
-		} else {
-			kafka = &k
-			defer dropTopic(ctx, env, k, commitTopic)
-		}
-	}
 	type load struct {
 		what, unit string
 		run        func(t Target) (rate float64, note string, err error)
@@ -93,17 +78,31 @@ func (groupsMemGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 		if err != nil {
 			return rows, fmt.Errorf("%s on %s: %w", l.what, mem.Name, err)
 		}
-		row := AtLeast(g, fmt.Sprintf("%s, %s vs kfake", l.what, where), l.unit,
-			ours, peer, RefKfake, 1.0, fmt.Sprintf("in memory both; %s vs %s", note, pnote))
-		switch {
-		case !l.kafka || env.Kafka == nil:
-		case kafka == nil:
-			row = row.WithKafka(0, "", fmt.Errorf("the commit topic could not be created"))
-		default:
-			k, knote, err := l.run(*kafka)
-			row = row.WithKafka(k, knote, err)
+		rows = append(rows, AtLeast(g, fmt.Sprintf("%s, %s vs kfake", l.what, where), l.unit,
+			ours, peer, RefKfake, 1.0, fmt.Sprintf("in memory both; %s vs %s", note, pnote)))
+	}
+	// Kafka takes the loads that stay in memory there too (OffsetFetch is
+	// answered from the coordinator's cache, heartbeats touch no log), after
+	// kaas (see commitOnKafka); its commits are acknowledged after
+	// replication and stand on the commit goal's durable rows instead.
+	if env.Kafka != nil {
+		var idx []int
+		for i, l := range loads {
+			if l.kafka {
+				idx = append(idx, i)
+			}
 		}
-		rows = append(rows, row)
+		sub := make([]Row, len(idx))
+		for j, i := range idx {
+			sub[j] = rows[i]
+		}
+		commitOnKafka(ctx, env, sub, func(j int, t Target) Row {
+			v, note, err := loads[idx[j]].run(t)
+			return sub[j].WithKafka(v, note, err)
+		})
+		for j, i := range idx {
+			rows[i] = sub[j]
+		}
 	}
 	return rows, nil
 }

@@ -84,6 +84,7 @@ func (produceGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 			fmtDur(lim.AppendP50), fmtDur(lim.LoopP50), fmtDur(p99), n))
 	if env.Kafka != nil {
 		k50, k99, kn, err := latency(*env.Kafka)
+		env.Settle()
 		row = row.WithKafka(us(k50), fmt.Sprintf("p99 %s; %d requests", fmtDur(k99), kn), err)
 	}
 	rows = append(rows, row)
@@ -132,6 +133,7 @@ func (produceGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 			disk.RecordsPerSec(), peer.RecordsPerSec(), RefKfake, note)
 		if env.Kafka != nil {
 			k, err := run(*env.Kafka)
+			env.Settle()
 			row = row.WithKafka(k.RecordsPerSec(), fmt.Sprintf("%.1f MB/s; %.0f acked batches/s", k.MBPerSec(), k.BatchesPerSec()), err)
 		}
 		rows = append(rows, row)

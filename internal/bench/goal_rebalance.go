@@ -97,6 +97,7 @@ func (rebalanceGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 	// to a group that has members.
 	if env.Kafka != nil {
 		_, a, err := measure(*env.Kafka)
+		env.Settle()
 		rows[1] = rows[1].WithKafka(ms(a), fmt.Sprintf("median of %d; Kafka's groups formed with its initial delay", rebalanceReps), err)
 	}
 
@@ -133,6 +134,7 @@ func (rebalanceGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 		fmt.Sprintf("from the last member's JoinGroup to all synced; spec bound 3000 ms + 100 ms; %s from the first JoinGroup", fmtDur(total)))
 	if env.Kafka != nil {
 		ka, kt, err := delayed(*env.Kafka)
+		env.Settle()
 		row = row.WithKafka(ms(ka), fmt.Sprintf("group.initial.rebalance.delay.ms as the cluster has it; %s from the first JoinGroup", fmtDur(kt)), err)
 	}
 	return append(rows, row), nil

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // The load generator: the same code, client options and protocol versions
@@ -220,8 +221,60 @@ func CreateTopic(ctx context.Context, t Target, topic string, partitions int32) 
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	if err == nil {
+		err = waitTopic(cctx, cl, topic, partitions)
+	}
 	if err != nil {
 		return fmt.Errorf("bench: create topic %s on %s: %w", topic, t.Name, err)
+	}
+	return nil
+}
+
+// waitTopic waits until every broker of the cluster lists topic with its
+// partitions led: a Kafka broker learns a new topic from the controller a
+// moment after CreateTopics answers, and answers UNKNOWN_TOPIC_OR_PARTITION
+// to a commit or produce for it until then.
+func waitTopic(ctx context.Context, cl *kgo.Client, topic string, partitions int32) error {
+	for {
+		err := topicOnEveryBroker(ctx, cl, topic, partitions)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not listed by every broker: %w", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func topicOnEveryBroker(ctx context.Context, cl *kgo.Client, topic string, partitions int32) error {
+	md, err := kadm.NewClient(cl).BrokerMetadata(ctx)
+	if err != nil {
+		return err
+	}
+	for _, b := range md.Brokers {
+		req := kmsg.NewPtrMetadataRequest()
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(topic)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl.Broker(int(b.NodeID)))
+		if err != nil {
+			return err
+		}
+		for _, t := range resp.Topics {
+			if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+				return fmt.Errorf("broker %d: %w", b.NodeID, err)
+			}
+			if int32(len(t.Partitions)) != partitions {
+				return fmt.Errorf("broker %d lists %d of %d partitions", b.NodeID, len(t.Partitions), partitions)
+			}
+			for _, p := range t.Partitions {
+				if p.Leader < 0 {
+					return fmt.Errorf("broker %d: partition %d has no leader", b.NodeID, p.Partition)
+				}
+			}
+		}
 	}
 	return nil
 }
