@@ -25,17 +25,29 @@ import (
 // at a steady pace across the rolling restart.
 const javaETLRecords = 900
 
-// TestJavaTransactionalETLThroughARollingRestart: three Java processes
-// (java/Etl.java: KafkaConsumer read_committed, a transactional idempotent
-// KafkaProducer, sendOffsetsToTransaction) copy a topic while each of the
-// three kaas brokers in turn is stopped with SIGTERM and started again.
-// Every input record must be in the output exactly once (read_committed),
-// no member may see an error or a rebalance (its listener is called), and
-// the group keeps its members: the coordinator moves and the transaction
-// coordinators' moves are invisible to the Java client.
-func TestJavaTransactionalETLThroughARollingRestart(t *testing.T) {
+// TestJavaTransactionalETL: three Java processes (java/Etl.java:
+// KafkaConsumer read_committed, a transactional idempotent KafkaProducer,
+// sendOffsetsToTransaction) copy a topic while the cluster is disrupted:
+// the rolling restart (each broker in turn stopped with SIGTERM and started
+// again) in quick mode, every scenario of javaScenarios in long mode. Every
+// input record must be in the output exactly once (read_committed). In the
+// rolling restart no member may see an error or a rebalance (its listener
+// is called) and the group keeps its members: the moves of the group and
+// transaction coordinators are invisible to the Java client. In the other
+// scenarios errors and rebalances are reported, not failed.
+func TestJavaTransactionalETL(t *testing.T) {
+	scenarios := []string{"rolling-sigterm"}
+	if long() {
+		scenarios = javaScenarios
+	}
+	for _, scenario := range scenarios {
+		t.Run(scenario, func(t *testing.T) { runETL(t, scenario) })
+	}
+}
+
+func runETL(t *testing.T, scenario string) {
 	start := time.Now()
-	res := result{client: "java-etl", scenario: "rolling-sigterm", untapped: true, note: "did not finish: see the test's log"}
+	res := result{client: "java-etl", scenario: scenario, untapped: true, note: "did not finish: see the test's log"}
 	defer func() {
 		if t.Skipped() {
 			return
@@ -48,7 +60,7 @@ func TestJavaTransactionalETLThroughARollingRestart(t *testing.T) {
 	}()
 	needJava(t)
 	cp, _ := javaClasspath()
-	dir := filepath.Join(out(), "java-etl")
+	dir := filepath.Join(out(), "java-etl-"+scenario)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -65,24 +77,25 @@ func TestJavaTransactionalETLThroughARollingRestart(t *testing.T) {
 	}
 
 	// The members. Each prints "C n" per committed transaction and "E ..."
-	// per error it sees.
+	// per error it sees; slot i holds the member running as the i-th.
 	var mu sync.Mutex
 	commits := make([]int, 3)
 	var errs []string
 	watching, rebalances := false, 0
-	var procs []*etlProc
-	for i := range 3 {
-		lf, err := os.Create(filepath.Join(dir, fmt.Sprintf("etl-%d.log", i)))
+	strict := scenario == "rolling-sigterm"
+	procs := make([]*etlProc, 3)
+	startMember := func(i int, name string) {
+		lf, err := os.Create(filepath.Join(dir, fmt.Sprintf("etl-%s.log", name)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		p, err := startETLProc(lf, "java", "-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
 			"-Dorg.slf4j.simpleLogger.showDateTime=true", "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
-			"-cp", cp, "dev.kaas.conformance.Etl", strings.Join(c.Addrs(), ","), in, outTopic, group, fmt.Sprintf("java-etl-%d", i))
+			"-cp", cp, "dev.kaas.conformance.Etl", strings.Join(c.Addrs(), ","), in, outTopic, group, "java-etl-"+name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		procs = append(procs, p)
+		procs[i] = p
 		go func() {
 			for line := range p.lines {
 				mu.Lock()
@@ -92,20 +105,25 @@ func TestJavaTransactionalETLThroughARollingRestart(t *testing.T) {
 				case strings.HasPrefix(line, "G "):
 					if watching {
 						rebalances++
-						errs = append(errs, fmt.Sprintf("member %d: a rebalance: %s", i, line[2:]))
+						if strict {
+							errs = append(errs, fmt.Sprintf("member %s: a rebalance: %s", name, line[2:]))
+						}
 					} else {
-						t.Logf("member %d: %s", i, line[2:])
+						t.Logf("member %s: %s", name, line[2:])
 					}
 				case strings.HasPrefix(line, "E "):
 					if watching {
-						errs = append(errs, fmt.Sprintf("member %d: %s", i, line[2:]))
+						errs = append(errs, fmt.Sprintf("member %s: %s", name, line[2:]))
 					} else {
-						t.Logf("while the group forms (not counted): member %d: %s", i, line[2:])
+						t.Logf("while the group forms (not counted): member %s: %s", name, line[2:])
 					}
 				}
 				mu.Unlock()
 			}
 		}()
+	}
+	for i := range 3 {
+		startMember(i, fmt.Sprint(i))
 	}
 	defer func() {
 		for _, p := range procs {
@@ -196,15 +214,10 @@ func TestJavaTransactionalETLThroughARollingRestart(t *testing.T) {
 	watching = true
 	mu.Unlock()
 
-	for _, b := range c.Brokers {
-		if err := b.Terminate(30 * time.Second); err != nil {
-			t.Fatalf("SIGTERM: %v", err)
-		}
-		if err := b.Start(); err != nil {
-			t.Fatalf("restart of broker %d: %v", b.ID, err)
-		}
-		time.Sleep(3 * time.Second)
-	}
+	did := disruptJava(t, ctx, c, adm, group, scenario, javaMembers{
+		stop:  func(i int) { procs[i].stop(45 * time.Second) },
+		start: startMember,
+	})
 	<-produced
 	if produceErr != nil {
 		t.Errorf("the input producer: %v", produceErr)
@@ -243,17 +256,21 @@ func TestJavaTransactionalETLThroughARollingRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after := shapeOf(g); after != before {
+	if after := shapeOf(g); after != before && strict {
 		t.Errorf("the group's members changed through the restarts: %s before, %s after", before, after)
 	}
 	mu.Lock()
 	for _, e := range errs {
-		t.Errorf("client error: %s", e)
+		if strict {
+			t.Errorf("client error: %s", e)
+		} else {
+			t.Logf("client error (reported, not failed in %s): %s", scenario, e)
+		}
 	}
-	res.note = fmt.Sprintf("Java consumer (read_committed) + transactional producer with sendOffsetsToTransaction, 3 members: %d of %d records in the output exactly once, %d missing, %d errors, members kept: %v",
-		javaETLRecords-len(missing)-len(dups), javaETLRecords, len(missing), len(errs), shapeOf(g) == before)
+	res.note = fmt.Sprintf("%s; Java consumer (read_committed) + transactional producer with sendOffsetsToTransaction, 3 members: %d of %d records in the output exactly once, %d missing, %d errors, members kept: %v",
+		did, javaETLRecords-len(missing)-len(dups), javaETLRecords, len(missing), len(errs), shapeOf(g) == before)
 	res.rebalances = rebalances
-	t.Logf("%d records copied exactly once; transactions per member %v; members %s kept, no rebalance", javaETLRecords, commits, before)
+	t.Logf("%s: %d records copied exactly once; transactions per member %v; %d rebalances, %d errors", scenario, javaETLRecords, commits, rebalances, len(errs))
 	mu.Unlock()
 }
 

@@ -28,15 +28,17 @@ const (
 // TestJavaStreamsExactlyOnce: three instances of a Kafka Streams
 // application (java/Counts.java: exactly_once_v2, a repartition topic and a
 // counting state store with its changelog, all created by Streams) count
-// values per key while the cluster is disrupted:
+// values per key while the cluster is disrupted, in each scenario of
+// javaScenarios (java_disrupt_test.go):
 //
-//   - rolling-sigterm: each of the three kaas brokers in turn is stopped with
+//   - rolling-sigterm: each of the three brokers in turn is stopped with
 //     SIGTERM and started again. No instance may leave RUNNING: the moves of
 //     the group and transaction coordinators are invisible to Streams.
-//   - coordinator-kill9: the group's coordinator is killed with SIGKILL and
-//     started again 5 s later. State changes are reported, not failed.
+//   - coordinator-kill9, controller-kill9, sigstop-coordinator, membership
+//     (an instance replaced by a new one): state changes are reported, not
+//     failed.
 //
-// In both, each key's committed output must be 1, 2, ..., n in order, each
+// In every scenario each key's committed output must be 1, 2, ..., n in order, each
 // once (a count applied twice, lost, or read from an aborted transaction
 // breaks it), and no stream thread may die. Long mode (a JVM per instance
 // and 40 s of traffic per scenario), on kaas and on the reference.
@@ -44,7 +46,7 @@ func TestJavaStreamsExactlyOnce(t *testing.T) {
 	if !long() {
 		t.Skip("long mode: KAAS_CONFORMANCE=long (scripts/conformance.sh)")
 	}
-	for _, scenario := range []string{"rolling-sigterm", "coordinator-kill9"} {
+	for _, scenario := range javaScenarios {
 		t.Run(scenario, func(t *testing.T) { runStreams(t, scenario) })
 	}
 }
@@ -84,20 +86,20 @@ func runStreams(t *testing.T, scenario string) {
 	state := make([]string, 3)
 	var errs []string
 	watching, changes := false, 0
-	var procs []*etlProc
-	for i := range 3 {
-		lf, err := os.Create(filepath.Join(dir, fmt.Sprintf("streams-%d.log", i)))
+	procs := make([]*etlProc, 3)
+	startInstance := func(i int, name string) {
+		lf, err := os.Create(filepath.Join(dir, fmt.Sprintf("streams-%s.log", name)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		p, err := startETLProc(lf, "java", "-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
 			"-Dorg.slf4j.simpleLogger.showDateTime=true", "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
 			"-cp", cp, "dev.kaas.conformance.Counts", strings.Join(c.Addrs(), ","), in, outTopic, app,
-			filepath.Join(dir, fmt.Sprintf("state-%d", i)), fmt.Sprintf("streams-%d", i))
+			filepath.Join(dir, "state-"+name), "streams-"+name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		procs = append(procs, p)
+		procs[i] = p
 		go func() {
 			for line := range p.lines {
 				mu.Lock()
@@ -107,19 +109,22 @@ func runStreams(t *testing.T, scenario string) {
 					if watching && state[i] != "RUNNING" {
 						changes++
 						if scenario == "rolling-sigterm" {
-							errs = append(errs, fmt.Sprintf("instance %d left RUNNING: %s", i, state[i]))
+							errs = append(errs, fmt.Sprintf("instance %s left RUNNING: %s", name, state[i]))
 						}
 					}
 				case strings.HasPrefix(line, "E "):
 					if watching {
-						errs = append(errs, fmt.Sprintf("instance %d: %s", i, line[2:]))
+						errs = append(errs, fmt.Sprintf("instance %s: %s", name, line[2:]))
 					} else {
-						t.Logf("while the group forms (not counted): instance %d: %s", i, line[2:])
+						t.Logf("while the group forms (not counted): instance %s: %s", name, line[2:])
 					}
 				}
 				mu.Unlock()
 			}
 		}()
+	}
+	for i := range 3 {
+		startInstance(i, fmt.Sprint(i))
 	}
 	defer func() {
 		for _, p := range procs {
@@ -194,31 +199,10 @@ func runStreams(t *testing.T, scenario string) {
 		}
 	}()
 	time.Sleep(3 * time.Second)
-	switch scenario {
-	case "rolling-sigterm":
-		for _, b := range c.Brokers {
-			if err := b.Terminate(30 * time.Second); err != nil {
-				t.Fatalf("SIGTERM: %v", err)
-			}
-			if err := b.Start(); err != nil {
-				t.Fatalf("restart of broker %d: %v", b.ID, err)
-			}
-			time.Sleep(3 * time.Second)
-		}
-	case "coordinator-kill9":
-		id, err := coordinatorOf(ctx, adm, app)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b := c.Broker(id)
-		if err := b.Kill(); err != nil {
-			t.Fatalf("kill -9 of broker %d: %v", id, err)
-		}
-		time.Sleep(5 * time.Second)
-		if err := b.Start(); err != nil {
-			t.Fatalf("restart of broker %d: %v", id, err)
-		}
-	}
+	did := disruptJava(t, ctx, c, adm, app, scenario, javaMembers{
+		stop:  func(i int) { procs[i].stop(45 * time.Second) },
+		start: startInstance,
+	})
 	<-produced
 	if produceErr != nil {
 		t.Errorf("the input producer: %v", produceErr)
@@ -270,8 +254,8 @@ func runStreams(t *testing.T, scenario string) {
 	for _, e := range errs {
 		t.Errorf("streams: %s", e)
 	}
-	res.note = fmt.Sprintf("Kafka Streams exactly_once_v2, 3 instances, a repartition topic and a changelog: %d records over %d keys, each key's counts 1..n once: %v; members kept: %v",
-		streamsRecords, streamsKeys, exact, members(g) == before)
+	res.note = fmt.Sprintf("%s; Kafka Streams exactly_once_v2, 3 instances, a repartition topic and a changelog: %d records over %d keys, each key's counts 1..n once: %v; members kept: %v",
+		did, streamsRecords, streamsKeys, exact, members(g) == before)
 	res.rebalances = changes
 	t.Logf("%s: %s; %d state changes away from RUNNING", scenario, res.note, changes)
 	mu.Unlock()
