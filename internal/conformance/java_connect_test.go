@@ -269,17 +269,12 @@ func TestKafkaConnectDistributed(t *testing.T) {
 	}
 
 	// The brokers restart one by one under the running connectors.
-	for _, b := range c.Brokers {
-		if err := b.Terminate(30 * time.Second); err != nil {
-			t.Fatalf("SIGTERM: %v", err)
-		}
-		if err := b.Start(); err != nil {
-			t.Fatalf("restart of broker %d: %v", b.ID, err)
-		}
-		time.Sleep(3 * time.Second)
+	if err := c.RollingRestart(30*time.Second, 3*time.Second, func(b *proctest.Broker) {
 		if _, err := running(workers[1]); err != nil {
 			t.Errorf("after broker %d restarted: %v", b.ID, err)
 		}
+	}); err != nil {
+		t.Fatal(err)
 	}
 	atStop := sinkCount()
 	if atStop >= 2*connectPerTask {

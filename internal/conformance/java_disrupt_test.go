@@ -44,14 +44,8 @@ func disruptJava(t *testing.T, ctx context.Context, c *proctest.Cluster, adm *ka
 	}
 	switch scenario {
 	case "rolling-sigterm":
-		for _, b := range c.Brokers {
-			if err := b.Terminate(30 * time.Second); err != nil {
-				t.Fatalf("SIGTERM: %v", err)
-			}
-			if err := b.Start(); err != nil {
-				t.Fatalf("restart of broker %d: %v", b.ID, err)
-			}
-			time.Sleep(3 * time.Second)
+		if err := c.RollingRestart(30*time.Second, 3*time.Second, nil); err != nil {
+			t.Fatal(err)
 		}
 		return "each broker in turn stopped with SIGTERM and started again"
 	case "coordinator-kill9":

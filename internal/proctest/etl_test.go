@@ -233,14 +233,8 @@ func runETL(t *testing.T, c *Cluster, txn bool) {
 
 	// The rolling restart: each broker drained, started again, and given a
 	// few seconds of service before the next one.
-	for _, b := range c.Brokers {
-		if err := b.Terminate(30 * time.Second); err != nil {
-			t.Fatalf("SIGTERM: %v", err)
-		}
-		if err := b.Start(); err != nil {
-			t.Fatalf("restart of broker %d: %v", b.ID, err)
-		}
-		time.Sleep(3 * time.Second)
+	if err := c.RollingRestart(30*time.Second, 3*time.Second, nil); err != nil {
+		t.Fatal(err)
 	}
 	<-produced
 	pmu.Lock()

@@ -569,6 +569,26 @@ func (b *Broker) Restart() error {
 	return b.Start()
 }
 
+// RollingRestart stops each broker in turn with SIGTERM (it must exit by
+// itself within timeout), starts it again and gives the cluster pause of
+// service before the next one; after, when not nil, runs at the end of each
+// broker's pause.
+func (c *Cluster) RollingRestart(timeout, pause time.Duration, after func(b *Broker)) error {
+	for _, b := range c.Brokers {
+		if err := b.Terminate(timeout); err != nil {
+			return fmt.Errorf("SIGTERM of broker %d: %w", b.ID, err)
+		}
+		if err := b.Start(); err != nil {
+			return fmt.Errorf("restart of broker %d: %w", b.ID, err)
+		}
+		time.Sleep(pause)
+		if after != nil {
+			after(b)
+		}
+	}
+	return nil
+}
+
 // Tail returns the last n lines of the broker's log file.
 func (b *Broker) Tail(n int) string {
 	f, err := os.Open(b.LogPath)
