@@ -214,6 +214,13 @@ func DescribeKafka(ctx context.Context, t Target) (string, error) {
 	if len(md.Brokers) == 0 {
 		return "", fmt.Errorf("bench: kafka at %s lists no broker", strings.Join(t.Addrs, ","))
 	}
+	// The clients follow the addresses the brokers advertise: those must
+	// be on loopback too.
+	for _, b := range md.Brokers {
+		if _, err := LoopbackAddrs(net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))); err != nil {
+			return "", fmt.Errorf("bench: kafka broker %d advertises %w", b.NodeID, err)
+		}
+	}
 	rcs, err := adm.DescribeBrokerConfigs(cctx, md.Brokers[0].NodeID)
 	if err != nil {
 		return desc, nil // the figures stand without the settings
