@@ -164,7 +164,8 @@ func TestKafkaConsoleProducerAndConsumer(t *testing.T) {
 
 // TestKafkaConsumerGroups: kafka-consumer-groups lists a group, describes
 // its members, partitions and lag while a member consumes, resets its
-// offsets, deletes offsets of one partition and deletes the group.
+// offsets (--to-offset, --to-earliest: a new member reads from there),
+// deletes offsets of one partition and deletes the group.
 func TestKafkaConsumerGroups(t *testing.T) {
 	c, cl := start(t)
 	ctx := context.Background()
@@ -229,6 +230,17 @@ func TestKafkaConsumerGroups(t *testing.T) {
 			t.Fatalf("describe after reset %v: want offset 5, lag 15, no member", r)
 		}
 	}
+	// What a member of the group reads next follows the reset.
+	if first := firstOffsets(t, c, "etl", "events", 2); first[0] != 5 || first[1] != 5 {
+		t.Fatalf("after --to-offset 5 a member of etl starts at %v, want 5 on both partitions", first)
+	}
+	reset = table(t, tool(t, c, "", groupsTool, "--group", "etl", "--reset-offsets", "--to-earliest", "--all-topics", "--execute"), "GROUP")
+	if len(reset) != 2 || reset[0]["NEW-OFFSET"] != "0" || reset[1]["NEW-OFFSET"] != "0" {
+		t.Fatalf("reset-offsets --to-earliest: %v, want both partitions at 0", reset)
+	}
+	if first := firstOffsets(t, c, "etl", "events", 2); first[0] != 0 || first[1] != 0 {
+		t.Fatalf("after --to-earliest a member of etl starts at %v, want 0 on both partitions", first)
+	}
 	out := tool(t, c, "", groupsTool, "--group", "etl", "--delete-offsets", "--topic", "events:0")
 	if !strings.Contains(out, "Request succeeded for deleting offsets from group etl.") || len(table(t, out, "TOPIC")) != 1 || table(t, out, "TOPIC")[0]["STATUS"] != "Successful" {
 		t.Fatalf("delete-offsets: %q", out)
@@ -244,6 +256,36 @@ func TestKafkaConsumerGroups(t *testing.T) {
 	if got := lines(tool(t, c, "", groupsTool, "--list")); slices.Contains(got, "etl") {
 		t.Fatalf("list after delete: %q still has etl", got)
 	}
+}
+
+// firstOffsets joins group as a new member of topic's parts partitions,
+// with no commit of its own and a reset to the end, so that what it reads
+// first is the group's committed offset; it returns the first offset read
+// per partition and leaves the group.
+func firstOffsets(t *testing.T, c *clustertest.Cluster, group, topic string, parts int) map[int32]int64 {
+	t.Helper()
+	m, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.DisableAutoCommit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	first := map[int32]int64{}
+	for len(first) < parts {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		fs := m.PollFetches(ctx)
+		expired := ctx.Err()
+		cancel()
+		if expired != nil {
+			t.Fatalf("a new member of %s read %v in 30s: %v", group, first, fs.Errors())
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if _, ok := first[r.Partition]; !ok {
+				first[r.Partition] = r.Offset
+			}
+		})
+	}
+	return first
 }
 
 // TestKafkaTransactions: kafka-transactions lists an open transaction and
