@@ -3,6 +3,7 @@ package cgroup
 import (
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -586,5 +587,42 @@ func TestGroupTimeoutsApplyAtTheNextHeartbeat(t *testing.T) {
 	f.g.Expire(f.now, f.im)
 	if !f.g.Empty() {
 		t.Fatal("the member outlived the broker's session timeout once the group's was cleared")
+	}
+}
+
+// TestAssignorsIgnoreRacksAsKafkaDoes: the members' racks are kept (and
+// described) but do not change the target assignment, with either
+// assignor. Apache Kafka 4.4.0's built-in uniform and range assignors read
+// no rack either (docs/cgroup.md, "Assignors").
+func TestAssignorsIgnoreRacksAsKafkaDoes(t *testing.T) {
+	for _, assignor := range []string{"uniform", "range"} {
+		targets := map[bool]map[string]map[TP]struct{}{}
+		for _, racks := range []bool{false, true} {
+			f := newFixture(t)
+			for i, id := range []string{"m-a", "m-b", "m-c"} {
+				in := f.joinIn(id, "a", "b")
+				in.ServerAssignor = ptr(assignor)
+				if racks {
+					in.RackID = ptr([]string{"r1", "r2", "r1"}[i])
+				}
+				f.ok(in)
+			}
+			if racks {
+				if d := f.g.Describe(); len(d.Members) != 3 || d.Members[0].RackID == "" {
+					t.Fatalf("%s: racks not kept: %+v", assignor, d.Members)
+				}
+			}
+			n := 0
+			for _, tps := range f.g.target {
+				n += len(tps)
+			}
+			if len(f.g.target) != 3 || n != 9 {
+				t.Fatalf("%s: target %v, want the 9 partitions of a and b over 3 members", assignor, f.g.target)
+			}
+			targets[racks] = f.g.target
+		}
+		if !reflect.DeepEqual(targets[false], targets[true]) {
+			t.Errorf("%s: with racks %v, without %v", assignor, targets[true], targets[false])
+		}
 	}
 }
