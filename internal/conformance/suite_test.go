@@ -121,6 +121,7 @@ func writeResults() error {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# %s conformance results (%s mode, %s)\n\n", targetName(), mode, time.Now().UTC().Format(time.RFC3339))
+	b.WriteString("kaas and Apache Kafka 4.4 row by row, each cell kaas · Kafka: `RESULTS-side-by-side.md` (written by `scripts/conformance.sh --save` from the two saved tables).\n\n")
 	b.WriteString("| client | scenario | result | failover (kill → consuming again) | generation before → after the failure | rebalances | UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION / REBALANCE_IN_PROGRESS seen | NOT_COORDINATOR seen | longest pause per move | records consumed twice | took | notes |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		fo := "–"
