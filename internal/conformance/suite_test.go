@@ -725,6 +725,14 @@ func (r *run) consuming(what string) {
 func (r *run) listedOnce(timeout time.Duration) {
 	r.t.Helper()
 	cl := r.cl
+	// ListGroups reads the volume (the groups with files, a group's file on
+	// first touch): on the stalling volume each read can be held for a
+	// tick, so one answer may take two ticks, and the union a few tries.
+	perRequest := 3 * time.Second
+	if r.stalls != nil {
+		perRequest += 2 * stallTick
+		timeout = max(timeout, 3*perRequest)
+	}
 	err := proctest.WaitFor(timeout, func() error {
 		n := 0
 		var where []int32
@@ -732,7 +740,7 @@ func (r *run) listedOnce(timeout time.Duration) {
 			if !b.running() || b.stopped() {
 				continue
 			}
-			ctx, cancel := r.ctx(3 * time.Second)
+			ctx, cancel := r.ctx(perRequest)
 			resp, err := cl.Broker(int(b.id())).Request(ctx, kmsg.NewPtrListGroupsRequest())
 			cancel()
 			if err != nil {
