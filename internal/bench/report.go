@@ -182,11 +182,14 @@ func (r *Report) WriteMarkdown(w io.Writer, chart string) {
 		p("the in-sync replicas have it (`min.insync.replicas`), in their page cache: it does not ")
 		p("fsync per write by default (`log.flush.interval.messages` unset). kaas acknowledges after ")
 		p("an fsync of the one copy on the shared volume. Each Kafka figure sits on the row of ")
-		p("the kaas target nearest to it: durable kaas for produce, fetch and commits, the ")
-		p("in-memory group target for group paths that neither side writes to disk ")
-		p("(heartbeats, joins, OffsetFetch). Topics on Kafka take the cluster's default ")
-		p("replication factor. Kafka's processes share this machine's cores with kaas and ")
-		p("the load generator; kaas runs one broker, Kafka the cluster it was given.\n")
+		p("the kaas target nearest to it: durable kaas for produce, fetch, commits and ")
+		p("FindCoordinator; the in-memory group target for the group rows (heartbeats, joins, ")
+		p("OffsetFetch), where kaas writes a group's membership to tmpfs and Kafka to ")
+		p("`__consumer_offsets`. Produce and fetch topics on Kafka take the cluster's default ")
+		p("replication factor; the topics of the commit and group rows have one replica (a ")
+		p("commit is replicated as `__consumer_offsets` is). Kafka's processes share this ")
+		p("machine's cores with kaas and the load generator; kaas runs one broker, Kafka the ")
+		p("cluster it was given.\n")
 	}
 }
 
