@@ -114,10 +114,7 @@ func NewEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 	}
 	if len(cfg.Kafka) > 0 {
 		t := Target{Name: "kafka", Addrs: cfg.Kafka, Replication: -1}
-		if e.KafkaDesc, err = DescribeKafka(ctx, t); err == nil {
-			err = waitGroupCoordinator(ctx, t)
-		}
-		if err != nil {
+		if e.KafkaDesc, err = DescribeKafka(ctx, t); err != nil {
 			e.Close()
 			return nil, err
 		}
@@ -165,25 +162,18 @@ func (e *Env) Settle() {
 	e.Log.Debug("bench: page cache written back after a kafka measurement", "took", time.Since(t0))
 }
 
-// waitGroupCoordinator waits until t names a group coordinator: a fresh
-// Kafka cluster creates __consumer_offsets on the first FindCoordinator and
-// answers COORDINATOR_NOT_AVAILABLE until its partitions have leaders, which
-// no goal should measure.
-func waitGroupCoordinator(ctx context.Context, t Target) error {
-	cl, err := kgo.NewClient(ClientOpts(t)...)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
+// waitGroupCoordinator waits until the cluster names a group coordinator:
+// a fresh Kafka cluster creates __consumer_offsets on the first
+// FindCoordinator and answers COORDINATOR_NOT_AVAILABLE until its
+// partitions have leaders, which no goal should measure.
+func waitGroupCoordinator(ctx context.Context, adm *kadm.Client) error {
 	for {
-		err := kadm.NewClient(cl).FindGroupCoordinators(cctx, "kaas-bench-warm-up").Error()
+		err := adm.FindGroupCoordinators(ctx, "kaas-bench-warm-up").Error()
 		if err == nil {
 			return nil
 		}
 		select {
-		case <-cctx.Done():
+		case <-ctx.Done():
 			return fmt.Errorf("bench: kafka names no group coordinator: %w", err)
 		case <-time.After(200 * time.Millisecond):
 		}
@@ -193,7 +183,8 @@ func waitGroupCoordinator(ctx context.Context, t Target) error {
 // DescribeKafka says what the cluster at t is, read from it: its brokers and
 // the settings that decide what an acknowledged write means (replication,
 // min.insync.replicas, flush policy). It fails when the cluster does not
-// answer, so that a run given a wrong address stops before measuring.
+// answer, so that a run given a wrong address stops before measuring, and
+// returns once the cluster names a group coordinator.
 func DescribeKafka(ctx context.Context, t Target) (string, error) {
 	cl, err := kgo.NewClient(ClientOpts(t)...)
 	if err != nil {
@@ -207,12 +198,12 @@ func DescribeKafka(ctx context.Context, t Target) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("bench: kafka at %s: %w", strings.Join(t.Addrs, ","), err)
 	}
+	if len(md.Brokers) == 0 {
+		return "", fmt.Errorf("bench: kafka at %s lists no broker", strings.Join(t.Addrs, ","))
+	}
 	desc := fmt.Sprintf("%d brokers at %s", len(md.Brokers), strings.Join(t.Addrs, ", "))
 	if len(md.Brokers) == 1 {
 		desc = "1 broker at " + strings.Join(t.Addrs, ", ")
-	}
-	if len(md.Brokers) == 0 {
-		return "", fmt.Errorf("bench: kafka at %s lists no broker", strings.Join(t.Addrs, ","))
 	}
 	// The clients follow the addresses the brokers advertise: those must
 	// be on loopback too.
@@ -220,6 +211,11 @@ func DescribeKafka(ctx context.Context, t Target) (string, error) {
 		if _, err := LoopbackAddrs(net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))); err != nil {
 			return "", fmt.Errorf("bench: kafka broker %d advertises %w", b.NodeID, err)
 		}
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer wcancel()
+	if err := waitGroupCoordinator(wctx, adm); err != nil {
+		return "", err
 	}
 	rcs, err := adm.DescribeBrokerConfigs(cctx, md.Brokers[0].NodeID)
 	if err != nil {

@@ -129,35 +129,35 @@ func (commitGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 			rate/max(lim.Files8, 1), fmtDur(percentile(lat, 0.5)), fmtDur(percentile(lat, 0.99)), len(lat))),
 		parallelGroups, 1, 1, "bench-hot", true))
 	if env.Kafka != nil {
-		commitOnKafka(ctx, env, rows, func(i int, t Target) Row {
-			l := loops[i]
-			lat, r, err := commitLoop(ctx, t, l.workers, l.groups, l.parts, window, l.prefix+"-kafka")
-			v := r
-			if !l.rate {
-				v = us(percentile(lat, 0.5))
+		withKafkaCommitTopic(ctx, env, func(k Target, err error) {
+			for i, l := range loops {
+				if err != nil {
+					rows[i] = rows[i].WithKafka(0, "", err)
+					continue
+				}
+				lat, r, err := commitLoop(ctx, k, l.workers, l.groups, l.parts, window, l.prefix+"-kafka")
+				v := r
+				if !l.rate {
+					v = us(percentile(lat, 0.5))
+				}
+				rows[i] = rows[i].WithKafka(v, fmt.Sprintf("p50 %s p99 %s; %d commits",
+					fmtDur(percentile(lat, 0.5)), fmtDur(percentile(lat, 0.99)), len(lat)), err)
 			}
-			return rows[i].WithKafka(v, fmt.Sprintf("p50 %s p99 %s; %d commits",
-				fmtDur(percentile(lat, 0.5)), fmtDur(percentile(lat, 0.99)), len(lat)), err)
 		})
 	}
 	return rows, nil
 }
 
-// commitOnKafka runs measure on Kafka for each of rows, on a commit topic of
-// one replica (a commit goes to __consumer_offsets, replicated as the cluster
-// says, whatever the committed topic's replication), created after the kaas
-// measurements and dropped after Kafka's; then it lets Kafka's writes settle.
-func commitOnKafka(ctx context.Context, env *Env, rows []Row, measure func(i int, t Target) Row) {
+// withKafkaCommitTopic runs fn on Kafka with the commit topic created, of
+// one replica (a commit goes to __consumer_offsets, replicated as the
+// cluster says, whatever the committed topic's replication); err says why
+// the topic could not be created. It is called after the kaas
+// measurements; the topic is dropped after fn, then Kafka's writes settle.
+func withKafkaCommitTopic(ctx context.Context, env *Env, fn func(k Target, err error)) {
 	k := *env.Kafka
 	k.Replication = 1
 	err := CreateTopic(ctx, k, commitTopic, commitPartitions)
-	for i := range rows {
-		if err != nil {
-			rows[i] = rows[i].WithKafka(0, "", err)
-			continue
-		}
-		rows[i] = measure(i, k)
-	}
+	fn(k, err)
 	if err == nil {
 		dropTopic(ctx, env, k, commitTopic)
 	}

@@ -83,26 +83,21 @@ func (groupsMemGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 	}
 	// Kafka takes the loads that stay in memory there too (OffsetFetch is
 	// answered from the coordinator's cache, heartbeats touch no log), after
-	// kaas (see commitOnKafka); its commits are acknowledged after
+	// kaas (see withKafkaCommitTopic); its commits are acknowledged after
 	// replication and stand on the commit goal's durable rows instead.
 	if env.Kafka != nil {
-		var idx []int
-		for i, l := range loads {
-			if l.kafka {
-				idx = append(idx, i)
+		withKafkaCommitTopic(ctx, env, func(k Target, err error) {
+			for i, l := range loads {
+				if !l.kafka {
+					continue
+				}
+				v, note, lerr := 0.0, "", err // the topic's error, else the load's
+				if err == nil {
+					v, note, lerr = l.run(k)
+				}
+				rows[i] = rows[i].WithKafka(v, note, lerr)
 			}
-		}
-		sub := make([]Row, len(idx))
-		for j, i := range idx {
-			sub[j] = rows[i]
-		}
-		commitOnKafka(ctx, env, sub, func(j int, t Target) Row {
-			v, note, err := loads[idx[j]].run(t)
-			return sub[j].WithKafka(v, note, err)
 		})
-		for j, i := range idx {
-			rows[i] = sub[j]
-		}
 	}
 	return rows, nil
 }
