@@ -115,22 +115,42 @@ func TestGroupConfigsSetOnAnyBrokerReachTheCoordinator(t *testing.T) {
 
 	// A KIP-848 member of the group is told the group's interval by its
 	// coordinator (which reads the file within a second).
-	coord := findCoordinator(t, cl, g, 0)
-	hb := func(id string, epoch int32) *kmsg.ConsumerGroupHeartbeatResponse {
-		t.Helper()
+	var coord int32
+	send := func(id string, epoch int32) (*kmsg.ConsumerGroupHeartbeatResponse, error) {
 		req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
 		req.Group, req.MemberID, req.MemberEpoch = g, id, epoch
 		if epoch == 0 {
 			req.RebalanceTimeoutMillis, req.SubscribedTopicNames, req.Topics = 30000, []string{"gc-t"}, []kmsg.ConsumerGroupHeartbeatRequestTopic{}
 		}
-		resp, err := req.RequestWith(ctx, cl.Broker(int(coord)))
+		return req.RequestWith(ctx, cl.Broker(int(coord)))
+	}
+	hb := func(id string, epoch int32) *kmsg.ConsumerGroupHeartbeatResponse {
+		t.Helper()
+		resp, err := send(id, epoch)
 		if err != nil || resp.ErrorCode != 0 {
 			t.Fatalf("ConsumerGroupHeartbeat: %v %+v", err, resp)
 		}
 		return resp
 	}
 	const id = "gc-member-0000000001" // v1: the member names itself (KIP-1082)
-	epoch := hb(id, 0).MemberEpoch
+	// The join, as a client makes it: the broker a FindCoordinator names may
+	// apply the same assignment a moment after the broker that answered, and
+	// says NOT_COORDINATOR until then; the client finds it again and retries.
+	var epoch int32
+	testutil.WaitFor(t, 10*time.Second, func() error {
+		coord = findCoordinator(t, cl, g, 0)
+		resp, err := send(id, 0)
+		switch {
+		case err != nil:
+			t.Fatalf("ConsumerGroupHeartbeat: %v", err)
+		case resp.ErrorCode == kerr.NotCoordinator.Code:
+			return fmt.Errorf("broker %d: not yet the coordinator", coord)
+		case resp.ErrorCode != 0:
+			t.Fatalf("ConsumerGroupHeartbeat: %+v", resp)
+		}
+		epoch = resp.MemberEpoch
+		return nil
+	})
 	interval := func(want int32) {
 		t.Helper()
 		testutil.WaitFor(t, 10*time.Second, func() error {
