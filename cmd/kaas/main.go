@@ -62,6 +62,7 @@ type commonFlags struct {
 	ConsumerHeartbeat  time.Duration `name:"group-consumer-heartbeat-interval" default:"5s" help:"Heartbeat interval of consumer-protocol (KIP-848) members (group.consumer.heartbeat.interval.ms)."`
 	ConsumerSession    time.Duration `name:"group-consumer-session-timeout" default:"45s" help:"Session timeout of consumer-protocol (KIP-848) members (group.consumer.session.timeout.ms)."`
 	ConsumerMaxSize    int           `name:"group-consumer-max-size" default:"0" help:"Most members in one consumer-protocol group, 0 unlimited (group.consumer.max.size)."`
+	MigrationPolicy    string        `name:"group-consumer-migration-policy" default:"bidirectional" enum:"bidirectional,upgrade,downgrade,disabled" help:"Online conversions between classic and consumer groups with members: bidirectional, upgrade, downgrade or disabled (group.consumer.migration.policy)."`
 	OffsetsRetention   time.Duration `name:"offsets-retention" default:"168h" help:"Committed offsets expire this long after their group became empty (offsets.retention.minutes, KIP-211)."`
 	OffsetsCheck       time.Duration `name:"offsets-retention-check-interval" default:"10m" help:"How often committed offsets are checked for expiry (offsets.retention.check.interval.ms)."`
 	MaxConns           int           `name:"max-connections" default:"0" help:"Connections beyond it are closed at accept, 0 for 3/4 of the open-file limit (max.connections)."`
@@ -289,6 +290,7 @@ func (c *commonFlags) nodeConfig(bc broker.Config) node.Config {
 	gc.MinSessionTimeout, gc.MaxSessionTimeout, gc.MaxSize = c.MinSession, c.MaxSession, c.MaxGroupSize
 	cc := cgroup.DefaultConfig()
 	cc.HeartbeatInterval, cc.SessionTimeout, cc.MaxSize = c.ConsumerHeartbeat, c.ConsumerSession, c.ConsumerMaxSize
+	cc.MigrationPolicy = c.MigrationPolicy
 	return node.Config{Broker: bc, ReportInterval: c.ReportInterval, DeadAfter: c.DeadAfter, StallLimit: c.StallLimit,
 		Group: &gc, Consumer: &cc, OffsetsRetention: c.OffsetsRetention, Elector: c.Election.elector(bc, c.DeadAfter)}
 }

@@ -145,6 +145,9 @@ func (b *Broker) handleConsumerGroupDescribe(_ context.Context, c *conn, req wir
 				}
 				dm.Assignment, dm.TargetAssignment = assignment(m.Assignment), assignment(m.TargetAssignment)
 				dm.MemberType = 1 // the consumer protocol
+				if m.Classic {
+					dm.MemberType = 0
+				}
 				dg.Members = append(dg.Members, dm)
 			}
 		}

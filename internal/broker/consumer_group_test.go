@@ -97,14 +97,17 @@ func TestConsumerProtocolGroupSharesPartitionsAndResumes(t *testing.T) {
 		t.Fatalf("ListGroups(consumer): %+v %v", lresp, err)
 	}
 
-	// A classic member cannot join a consumer group in use.
-	jreq := kmsg.NewPtrJoinGroupRequest()
-	jreq.Group, jreq.ProtocolType, jreq.SessionTimeoutMillis, jreq.RebalanceTimeoutMillis = "k1", "consumer", 10000, 10000
-	jreq.MemberID = "classic-1"
-	jreq.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: []byte{0, 0}}}
-	jresp, err := jreq.RequestWith(context.Background(), cl)
-	if err != nil || jresp.ErrorCode != kerr.InconsistentGroupProtocol.Code {
-		t.Fatalf("classic JoinGroup into a consumer group: %+v %v", jresp, err)
+	// A classic member of another protocol type, or whose subscription is
+	// not a consumer protocol one, cannot join a consumer group in use.
+	for _, c := range []struct{ protocolType, meta string }{{"connect", "\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff"}, {"consumer", "\x00\x00"}} {
+		jreq := kmsg.NewPtrJoinGroupRequest()
+		jreq.Group, jreq.ProtocolType, jreq.SessionTimeoutMillis, jreq.RebalanceTimeoutMillis = "k1", c.protocolType, 10000, 10000
+		jreq.MemberID = "classic-1"
+		jreq.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: []byte(c.meta)}}
+		jresp, err := jreq.RequestWith(context.Background(), cl)
+		if err != nil || jresp.ErrorCode != kerr.InconsistentGroupProtocol.Code {
+			t.Fatalf("classic JoinGroup (%s) into a consumer group: %+v %v", c.protocolType, jresp, err)
+		}
 	}
 
 	for _, m := range members {
@@ -250,7 +253,9 @@ func TestConsumerGroupHeartbeatErrors(t *testing.T) {
 	}
 
 	// The consumer group is Empty now: a classic member may take the group
-	// over, and then a consumer-protocol member is refused.
+	// over, and then a consumer-protocol member upgrades it online (Kafka's
+	// default group.consumer.migration.policy, bidirectional), the classic
+	// member staying in.
 	classic := client(t, b, kgo.ConsumerGroup("ke-g"), kgo.ConsumeTopics("ke"))
 	testutil.WaitFor(t, 20*time.Second, func() error {
 		lreq := kmsg.NewPtrListGroupsRequest()
@@ -265,8 +270,26 @@ func TestConsumerGroupHeartbeatErrors(t *testing.T) {
 		}
 		return fmt.Errorf("ke-g not a Stable classic group: %+v", lresp.Groups)
 	})
-	if resp := hb(func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.MemberID = "member-2" }); resp.ErrorCode != kerr.GroupIDNotFound.Code {
+	if resp := hb(func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.MemberID = "member-2" }); resp.ErrorCode != 0 {
 		t.Fatalf("consumer-protocol join into a classic group with members: %d", resp.ErrorCode)
+	}
+	dreq := kmsg.NewPtrConsumerGroupDescribeRequest()
+	dreq.Groups = []string{"ke-g"}
+	dresp, err := dreq.RequestWith(context.Background(), cl)
+	if err != nil || len(dresp.Groups) != 1 || len(dresp.Groups[0].Members) != 2 {
+		t.Fatalf("ConsumerGroupDescribe after the upgrade: %+v %v", dresp, err)
+	}
+	types := map[string]int8{}
+	for _, m := range dresp.Groups[0].Members {
+		types[m.MemberID] = m.MemberType
+	}
+	if types["member-2"] != 1 || len(types) != 2 {
+		t.Fatalf("member types after the upgrade: %v, want member-2 consumer (1) and the classic member (0)", types)
+	}
+	for id, mt := range types {
+		if id != "member-2" && mt != 0 {
+			t.Fatalf("member types after the upgrade: %v, want the classic member 0", types)
+		}
 	}
 	classic.Close()
 }

@@ -42,6 +42,14 @@ func (g *Group) CheckCommit(in CommitCheck, tps []TP) (Code, map[TP]Code) {
 	if in.InstanceID != nil && *in.InstanceID != "" && g.static[*in.InstanceID] != m.id {
 		return ErrFencedInstanceID, nil
 	}
+	if m.classic != nil {
+		// A classic member commits with its generation, its member epoch,
+		// in any OffsetCommit version.
+		if in.MemberEpoch != m.epoch {
+			return ErrIllegalGeneration, nil
+		}
+		return ErrNone, nil
+	}
 	if !in.Transactional && in.Version < 9 {
 		return ErrUnsupportedVersion, nil
 	}
@@ -135,6 +143,8 @@ type MemberDescription struct {
 	Assignment                   []TopicPartitions
 	Revoking                     []TopicPartitions
 	TargetAssignment             []TopicPartitions
+	// Classic: the member speaks the classic protocol (MemberType 0).
+	Classic bool
 }
 
 // Description is the group for ConsumerGroupDescribe.
@@ -157,6 +167,7 @@ func (g *Group) Describe() Description {
 			MemberID: m.id, InstanceID: m.instanceID, RackID: m.rackID, ClientID: m.clientID, ClientHost: m.clientHost,
 			MemberEpoch: m.epoch, State: m.state, SubscribedTopicNames: m.names, SubscribedTopicRegex: m.regex,
 			Assignment: assignedOf(m), Revoking: grouped(m.revoking), TargetAssignment: grouped(g.target[id]),
+			Classic: m.classic != nil,
 		})
 	}
 	return d
@@ -188,6 +199,20 @@ type MemberSnapshot struct {
 	Assigned         []AssignedSnap    `json:"assigned,omitempty"`
 	Revoking         []TopicPartitions `json:"revoking,omitempty"`
 	Target           []TopicPartitions `json:"target,omitempty"`
+	// Classic is set for a member that speaks the classic protocol.
+	Classic *ClassicSnap `json:"classic,omitempty"`
+}
+
+// ClassicSnap is what a classic member adds to its durable state.
+type ClassicSnap struct {
+	SessionTimeout int64          `json:"sessionTimeoutMs"`
+	Protocols      []ProtocolSnap `json:"protocols"`
+}
+
+// ProtocolSnap is one of a classic member's protocols.
+type ProtocolSnap struct {
+	Name     string `json:"name"`
+	Metadata []byte `json:"metadata"`
 }
 
 // AssignedSnap is a member's partitions of one topic with the epochs they
@@ -212,6 +237,12 @@ func (g *Group) Snapshot() Snapshot {
 				a.Epochs = append(a.Epochs, m.assigned[TP{t.Topic, p}])
 			}
 			ms.Assigned = append(ms.Assigned, a)
+		}
+		if c := m.classic; c != nil {
+			ms.Classic = &ClassicSnap{SessionTimeout: c.sessionTimeout.Milliseconds()}
+			for _, p := range c.protocols {
+				ms.Classic.Protocols = append(ms.Classic.Protocols, ProtocolSnap{Name: p.Name, Metadata: p.Metadata})
+			}
 		}
 		s.Members = append(s.Members, ms)
 	}
@@ -250,6 +281,22 @@ func (g *Group) Restore(now time.Time, s Snapshot) error {
 			m.revokingDeadline = now.Add(m.rebalanceTimeout)
 		}
 		m.sessionDeadline = now.Add(g.cfg.SessionTimeout)
+		if c := ms.Classic; c != nil {
+			if len(c.Protocols) == 0 {
+				return errRestore("classic member " + ms.ID + " without protocols")
+			}
+			m.classic = &classicMeta{sessionTimeout: time.Duration(c.SessionTimeout) * time.Millisecond}
+			for _, p := range c.Protocols {
+				m.classic.protocols = append(m.classic.protocols, Protocol{Name: p.Name, Metadata: p.Metadata})
+			}
+			m.sessionDeadline = now.Add(m.classic.sessionTimeout)
+			// A revocation is a rejoin it owes: it gets its rebalance
+			// timeout again, as a consumer member does.
+			m.revokingDeadline = time.Time{}
+			if m.state == UnrevokedPartitions {
+				m.classic.joinDeadline = now.Add(m.rebalanceTimeout)
+			}
+		}
 		if m.instanceID != "" {
 			static[m.instanceID] = m.id
 		}

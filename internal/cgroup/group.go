@@ -53,6 +53,19 @@ type member struct {
 
 	sessionDeadline  time.Time
 	revokingDeadline time.Time // zero unless the member is UnrevokedPartitions
+
+	// classic is set for a member that speaks the classic protocol
+	// (JoinGroup, SyncGroup, Heartbeat) in this consumer group.
+	classic *classicMeta
+}
+
+// deadlines are the member's session and revocation deadlines, and for a
+// classic member the JoinGroup and SyncGroup it owes.
+func (m *member) deadlines() []time.Time {
+	if m.classic != nil {
+		return []time.Time{m.sessionDeadline, m.classic.joinDeadline, m.classic.syncDeadline}
+	}
+	return []time.Time{m.sessionDeadline, m.revokingDeadline}
 }
 
 func (m *member) static() bool { return m.instanceID != "" }
@@ -141,6 +154,9 @@ type Output struct {
 	// Events are log lines worth keeping (members joining, leaving,
 	// fenced, epochs moving), in order.
 	Events []Event
+	// Downgrade: the last consumer-protocol member went and classic members
+	// remain; the shell may make the group a classic one (ToClassic).
+	Downgrade bool
 }
 
 // Event is one thing that happened, for the log.
@@ -160,7 +176,7 @@ func (o *Output) event(what, member string, epoch int32, why string) {
 func (g *Group) NextDeadline() time.Time {
 	var next time.Time
 	for _, m := range g.members {
-		for _, d := range []time.Time{m.sessionDeadline, m.revokingDeadline} {
+		for _, d := range m.deadlines() {
 			if !d.IsZero() && (next.IsZero() || d.Before(next)) {
 				next = d
 			}
@@ -181,6 +197,10 @@ func (g *Group) Expire(now time.Time, im *Image) Output {
 			g.remove(m, &out, "session expired", "no heartbeat within the session timeout")
 		case !m.revokingDeadline.IsZero() && !now.Before(m.revokingDeadline):
 			g.remove(m, &out, "revocation timed out", "partitions not revoked within the rebalance timeout")
+		case m.classic != nil && !m.classic.joinDeadline.IsZero() && !now.Before(m.classic.joinDeadline):
+			g.remove(m, &out, "member fenced", "the classic member did not rejoin within the rebalance timeout")
+		case m.classic != nil && !m.classic.syncDeadline.IsZero() && !now.Before(m.classic.syncDeadline):
+			g.remove(m, &out, "member fenced", "the classic member did not sync within the rebalance timeout")
 		}
 	}
 	if out.Persist {
@@ -208,6 +228,9 @@ func (g *Group) remove(m *member, out *Output, what, why string) {
 	g.bump(out, why)
 	out.event(what, m.id, m.epoch, why)
 	out.Persist = true
+	if m.classic == nil {
+		g.checkDowngrade(out)
+	}
 }
 
 func (g *Group) bump(out *Output, why string) {

@@ -144,6 +144,9 @@ func (g *Group) memberFor(now time.Time, in HeartbeatInput, out *Output) (*membe
 		if m == nil {
 			return nil, g.fail(ErrUnknownMemberID, "Member "+in.MemberID+" is not a member of group "+g.id+"."), false
 		}
+		if m.classic != nil {
+			return nil, g.fail(ErrUnknownMemberID, "Member "+in.MemberID+" does not use the consumer protocol."), false
+		}
 		if instance != "" && g.static[instance] != m.id {
 			return nil, g.fail(ErrFencedInstanceID, "Static member "+in.MemberID+" with instance id "+instance+" was fenced by another member."), false
 		}
@@ -182,18 +185,28 @@ func (g *Group) memberFor(now time.Time, in HeartbeatInput, out *Output) (*membe
 		if old.epoch == StaticLeaveEpoch {
 			old.epoch, old.state = 0, Stable
 		}
+		if old.classic != nil {
+			// A classic member switching to the consumer protocol.
+			old.classic = nil
+			if old.state == UnrevokedPartitions {
+				old.revokingDeadline = now.Add(old.rebalanceTimeout)
+			}
+			out.Persist = true
+		}
 		return old, HeartbeatResult{}, true
 	}
 	if instance != "" {
 		if oldID, ok := g.static[instance]; ok {
 			old := g.members[oldID]
-			if old.epoch != StaticLeaveEpoch && oldID != id {
+			// A classic member's instance is taken over at once (Kafka's
+			// UNRELEASED_INSTANCE_ID is between consumer-protocol members).
+			if old.classic == nil && old.epoch != StaticLeaveEpoch && oldID != id {
 				return nil, g.fail(ErrUnreleasedInstanceID, "Static member with instance id "+instance+" is not released yet."), false
 			}
 			// The instance comes back: the new member takes the old one's
 			// place, its assignment and its target, without a new epoch.
 			m := *old
-			m.id, m.epoch, m.prevEpoch, m.state = id, 0, 0, Stable
+			m.id, m.epoch, m.prevEpoch, m.state, m.classic = id, 0, 0, Stable, nil
 			m.revoking, m.revokingDeadline = nil, time.Time{}
 			m.assigned = maps.Clone(old.assigned)
 			delete(g.members, oldID)

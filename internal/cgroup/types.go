@@ -32,6 +32,8 @@ var (
 	ErrNonEmptyGroup          = Code(kerr.NonEmptyGroup.Code)
 	ErrGroupIDNotFound        = Code(kerr.GroupIDNotFound.Code)
 	ErrInconsistentGroupProto = Code(kerr.InconsistentGroupProtocol.Code)
+	ErrMemberIDRequired       = Code(kerr.MemberIDRequired.Code)
+	ErrRebalanceInProgress    = Code(kerr.RebalanceInProgress.Code)
 )
 
 // String is the code's Kafka name ("NONE" for 0).
@@ -70,6 +72,10 @@ type Config struct {
 	MaxSize int
 	// Assignors is group.consumer.assignors, by name, the default first.
 	Assignors []string
+	// MigrationPolicy is group.consumer.migration.policy: which online
+	// conversions between classic and consumer groups with members are
+	// allowed (Migrations; default bidirectional).
+	MigrationPolicy string
 	// NewMemberID returns a fresh member id (v0 heartbeats, where the
 	// coordinator names the member). Default: a random UUID in Kafka's
 	// URL-safe base64 form.
@@ -82,6 +88,7 @@ func DefaultConfig() Config {
 		HeartbeatInterval: 5 * time.Second,
 		SessionTimeout:    45 * time.Second,
 		Assignors:         []string{AssignorUniform, AssignorRange},
+		MigrationPolicy:   MigrationBidirectional,
 		NewMemberID:       randomID,
 	}
 }
@@ -103,6 +110,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.NewMemberID == nil {
 		c.NewMemberID = randomID
+	}
+	if c.MigrationPolicy == "" {
+		c.MigrationPolicy = d.MigrationPolicy
 	}
 	return c
 }

@@ -51,6 +51,10 @@ type consumerGroup struct {
 	// queued is closed once the last snapshot taken has reached the store's
 	// queue: the next one waits for it, so snapshots land in order.
 	queued <-chan struct{}
+	// downgradeDue: the last consumer-protocol member went; the group
+	// becomes a classic one once the writes in flight have landed
+	// (maybeDowngrade).
+	downgradeDue bool
 }
 
 // SetTopics gives the coordinator the topics consumer groups assign (the
@@ -112,6 +116,9 @@ func (g *consumerGroup) apply(out cgroup.Output) *snapshotWrite {
 		g.c.log.Info("consumer group: "+ev.What, "group", g.s.id, "member", ev.Member, "epoch", ev.Epoch, "why", ev.Why)
 	}
 	g.rearm()
+	if out.Downgrade {
+		g.downgradeDue = true
+	}
 	if e := g.core.Epoch(); e > g.seenEpoch {
 		g.seenEpoch = e
 		g.c.cfg.Metrics.Generation("consumer")
@@ -294,6 +301,8 @@ func (g *consumerGroup) queue(p *snapshotWrite) <-chan struct{} {
 			if g.broken && s.consumer == g && !s.gone {
 				g.stop()
 				s.consumer, s.loaded = nil, false
+			} else if g.downgradeDue {
+				g.maybeDowngrade()
 			}
 		}
 		s.mu.Unlock()
@@ -327,11 +336,18 @@ func (c *Coordinator) ConsumerHeartbeat(ctx context.Context, groupID string, in 
 	if err != nil {
 		return cgroup.HeartbeatResult{}, err
 	}
-	if s.classicInUse() {
+	g := s.consumer
+	upgraded := false
+	if s.classicInUse() && in.MemberEpoch == cgroup.JoinEpoch {
+		upgraded = true
+		if g, err = c.upgrade(s); err != nil {
+			s.mu.Unlock()
+			return cgroup.HeartbeatResult{}, err
+		}
+	} else if s.classicInUse() {
 		s.mu.Unlock()
 		return cgroup.HeartbeatResult{}, ErrNotConsumerGroup
 	}
-	g := s.consumer
 	if g != nil && g.broken {
 		err := g.brokenErr
 		s.mu.Unlock()
@@ -346,6 +362,9 @@ func (c *Coordinator) ConsumerHeartbeat(ctx context.Context, groupID string, in 
 		g.core.SetTimeouts(o.SessionTimeout, o.HeartbeatInterval)
 	}
 	res, out := g.core.Heartbeat(c.cfg.Now(), c.image(), in)
+	if upgraded {
+		out.Persist = true // the converted group, whatever became of the heartbeat
+	}
 	if fresh {
 		if !out.Persist { // refused: nothing was created
 			s.mu.Unlock()

@@ -222,11 +222,16 @@ func (s *shell) unload() {
 // dropClassic forgets the classic state machine (answering what it holds
 // parked and stopping its timers). Called with s.mu held.
 func (s *shell) dropClassic() {
-	if s.member == nil {
-		return
+	if s.member != nil {
+		s.endClassic(s.member.core.Unload())
 	}
+}
+
+// endClassic forgets the classic state machine once out (its Unload or
+// Migrate) has answered what it held parked. Called with s.mu held.
+func (s *shell) endClassic(out group.Output) {
 	m := s.member
-	m.apply(m.core.Unload())
+	m.apply(out)
 	for k, a := range m.timers {
 		a.t.Stop()
 		delete(m.timers, k)
@@ -443,7 +448,8 @@ func (c *Coordinator) fire(s *shell, m *membership, key group.TimerKey, seq uint
 }
 
 // begin locks an owned group's shell for a membership request and returns
-// its state machine; the caller unlocks s.mu.
+// its state machine, nil for a consumer group with members (its classic
+// members are served by it: migration.go); the caller unlocks s.mu.
 func (c *Coordinator) begin(groupID string) (*shell, *membership, error) {
 	if err := c.check(groupID); err != nil {
 		return nil, nil, err
@@ -453,8 +459,7 @@ func (c *Coordinator) begin(groupID string) (*shell, *membership, error) {
 		return nil, nil, err
 	}
 	if s.consumerInUse() {
-		s.mu.Unlock()
-		return nil, nil, CodeError(group.ErrInconsistentGroupProtocol)
+		return s, nil, nil
 	}
 	s.dropConsumer() // an Empty consumer group becomes a classic one
 	return s, c.ensureMembership(s), nil
@@ -466,6 +471,9 @@ func (c *Coordinator) Join(groupID string, in group.JoinInput) (<-chan group.Joi
 	s, m, err := c.begin(groupID)
 	if err != nil {
 		return nil, err
+	}
+	if m == nil {
+		return c.consumerJoin(s, in)
 	}
 	defer s.mu.Unlock()
 	ch := make(chan group.JoinResult, 1)
@@ -480,6 +488,9 @@ func (c *Coordinator) Sync(groupID string, in group.SyncInput) (<-chan group.Syn
 	if err != nil {
 		return nil, err
 	}
+	if m == nil {
+		return c.consumerSync(s, in)
+	}
 	defer s.mu.Unlock()
 	ch := make(chan group.SyncResult, 1)
 	in.Ref = ch
@@ -493,6 +504,9 @@ func (c *Coordinator) Heartbeat(groupID string, in group.HeartbeatInput) (group.
 	if err != nil {
 		return group.HeartbeatResult{}, err
 	}
+	if m == nil {
+		return c.consumerHeartbeat(s, in)
+	}
 	ch := make(chan group.HeartbeatResult, 1)
 	in.Ref = ch
 	m.apply(m.core.Heartbeat(c.cfg.Now(), in))
@@ -505,6 +519,9 @@ func (c *Coordinator) Leave(groupID string, in group.LeaveInput) (group.LeaveRes
 	s, m, err := c.begin(groupID)
 	if err != nil {
 		return group.LeaveResult{}, err
+	}
+	if m == nil {
+		return c.consumerLeave(s, in)
 	}
 	ch := make(chan group.LeaveResult, 1)
 	in.Ref = ch

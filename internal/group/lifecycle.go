@@ -17,6 +17,18 @@ func (g *Group) Unload() Output {
 	return g.end()
 }
 
+// Migrate ends the state machine of a group that became a consumer group
+// (online upgrade, KIP-848): parked JoinGroup and SyncGroup requests are
+// answered REBALANCE_IN_PROGRESS, as Kafka answers them, so that their
+// members join again, served by the consumer group.
+func (g *Group) Migrate() Output {
+	g.begin(time.Time{})
+	if g.state != Dead {
+		g.kill(ErrRebalanceInProgress, "converted to a consumer group")
+	}
+	return g.end()
+}
+
 // Delete is DeleteGroups: allowed only for an Empty group (else
 // NON_EMPTY_GROUP), which becomes Dead (pending member ids are dropped).
 // A Dead group answers NOT_COORDINATOR, as it does to every input.

@@ -1,0 +1,229 @@
+package cgroup
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// subscription encodes a ConsumerProtocol subscription (v1: with owned
+// partitions) of topic a.
+func subscription(owned ...int32) []byte {
+	s := kmsg.ConsumerMemberMetadata{Version: 1, Topics: []string{"a"}}
+	if len(owned) > 0 {
+		s.OwnedPartitions = []kmsg.ConsumerMemberMetadataOwnedPartition{{Topic: "a", Partitions: owned}}
+	}
+	return s.AppendTo(nil)
+}
+
+func assignmentOf(parts ...int32) []byte {
+	a := kmsg.ConsumerMemberAssignment{Version: 1, Topics: []kmsg.ConsumerMemberAssignmentTopic{{Topic: "a", Partitions: parts}}}
+	return a.AppendTo(nil)
+}
+
+func decodeAssignment(t *testing.T, b []byte) []int32 {
+	t.Helper()
+	var a kmsg.ConsumerMemberAssignment
+	if err := a.ReadFrom(b); err != nil {
+		t.Fatalf("assignment: %v", err)
+	}
+	var out []int32
+	for _, tp := range a.Topics {
+		out = append(out, tp.Partitions...)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func classicJoin(id string, owned ...int32) ClassicJoinInput {
+	return ClassicJoinInput{Version: 9, MemberID: id, SessionTimeout: 10 * time.Second, RebalanceTimeout: 20 * time.Second,
+		ProtocolType: "consumer", Protocols: []Protocol{{Name: "cooperative-sticky", Metadata: subscription(owned...)}}}
+}
+
+// TestOnlineUpgradeAndDowngrade walks a classic group of two cooperative
+// members upgraded by a consumer-protocol member, the classic members
+// reconciling through JoinGroup, SyncGroup and Heartbeat (no partition
+// ever with two owners), then the consumer member leaving: the group asks
+// to be a classic group again, with every partition assigned.
+func TestOnlineUpgradeAndDowngrade(t *testing.T) {
+	f := newFixture(t)
+	proto := []Protocol{{Name: "cooperative-sticky", Metadata: subscription()}}
+	g, err := FromClassic("g", f.g.cfg, f.now, f.im, ClassicGroup{Generation: 4, Protocol: "cooperative-sticky", Leader: "c1",
+		Members: []ClassicMember{
+			{ID: "c1", SessionTimeout: 10 * time.Second, RebalanceTimeout: 20 * time.Second, Protocols: proto, Assignment: assignmentOf(0, 1, 2)},
+			{ID: "c2", SessionTimeout: 10 * time.Second, RebalanceTimeout: 20 * time.Second, Protocols: proto, Assignment: assignmentOf(3, 4, 5)},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.g = g
+	if g.Epoch() != 4 || g.TargetEpoch() != 4 || g.State() != "Stable" || g.ClassicMemberCount() != 2 {
+		t.Fatalf("converted: epoch %d target %d state %s classic %d", g.Epoch(), g.TargetEpoch(), g.State(), g.ClassicMemberCount())
+	}
+	// The classic members carry on in their generation.
+	for _, id := range []string{"c1", "c2"} {
+		if code, _ := g.ClassicHeartbeat(f.now, id, nil, 4); code != ErrNone {
+			t.Fatalf("heartbeat of %s after the conversion: %v", id, code)
+		}
+	}
+	if code, _ := g.CheckCommit(CommitCheck{MemberID: "c1", MemberEpoch: 4, Version: 8}, nil); code != ErrNone {
+		t.Fatalf("classic commit in its generation: %v", code)
+	}
+	if code, _ := g.CheckCommit(CommitCheck{MemberID: "c1", MemberEpoch: 3, Version: 8}, nil); code != ErrIllegalGeneration {
+		t.Fatalf("classic commit with an old generation: %v", code)
+	}
+
+	// A consumer-protocol member joins: new epoch, new target.
+	res := f.ok(f.joinIn("k1", "a"))
+	if res.MemberEpoch != 5 || len(flat(res.Assignment)) != 0 {
+		t.Fatalf("consumer member joined: %+v (its partitions are still owned)", res)
+	}
+	// The classic members are told to rejoin; they rejoin owning what they
+	// have and get back what they keep, the same generation.
+	keep := map[string][]int32{}
+	for _, id := range []string{"c1", "c2"} {
+		if code, _ := g.ClassicHeartbeat(f.now, id, nil, 4); code != ErrRebalanceInProgress {
+			t.Fatalf("heartbeat of %s behind the target: %v", id, code)
+		}
+		owned := []int32{0, 1, 2}
+		if id == "c2" {
+			owned = []int32{3, 4, 5}
+		}
+		jr, _ := g.ClassicJoin(f.now, f.im, classicJoin(id, owned...))
+		f.checkDisjoint()
+		if jr.Err != ErrNone || jr.Generation != 4 || jr.ProtocolName != "cooperative-sticky" {
+			t.Fatalf("rejoin of %s with partitions to revoke: %+v", id, jr)
+		}
+		sr, _ := g.ClassicSync(f.now, f.im, ClassicSyncInput{MemberID: id, Generation: 4})
+		if sr.Err != ErrNone {
+			t.Fatalf("sync of %s: %v", id, sr.Err)
+		}
+		keep[id] = decodeAssignment(t, sr.Assignment)
+		if len(keep[id]) != 2 {
+			t.Fatalf("%s keeps %v, want 2 of its 3", id, keep[id])
+		}
+		// Having revoked, it rejoins and moves to the target epoch.
+		jr, _ = g.ClassicJoin(f.now, f.im, classicJoin(id, keep[id]...))
+		f.checkDisjoint()
+		if jr.Err != ErrNone || jr.Generation != 5 {
+			t.Fatalf("rejoin of %s after revoking: %+v", id, jr)
+		}
+		if sr, _ := g.ClassicSync(f.now, f.im, ClassicSyncInput{MemberID: id, Generation: 5}); sr.Err != ErrNone || !slices.Equal(decodeAssignment(t, sr.Assignment), keep[id]) {
+			t.Fatalf("sync of %s at the target: %+v", id, sr)
+		}
+		if code, _ := g.ClassicHeartbeat(f.now, id, nil, 5); code != ErrNone {
+			t.Fatalf("heartbeat of %s at the target: %v", id, code)
+		}
+	}
+	res = f.ok(steady("k1", 5, nil))
+	if len(flat(res.Assignment)) != 2 || g.State() != "Stable" {
+		t.Fatalf("consumer member after the revocations: %+v, group %s", res, g.State())
+	}
+	// A consumer heartbeat naming a classic member is refused.
+	if r := f.hb(steady("c1", 5, nil)); r.Err != ErrUnknownMemberID {
+		t.Fatalf("consumer heartbeat for a classic member: %v", r.Err)
+	}
+
+	// The consumer member leaves: the group asks to be classic again.
+	_, out := g.Heartbeat(f.now, f.im, HeartbeatInput{Version: 1, MemberID: "k1", MemberEpoch: LeaveEpoch, RebalanceTimeoutMs: -1})
+	if !out.Downgrade {
+		t.Fatal("the last consumer member left classic members behind, but no downgrade was asked for")
+	}
+	cg, err := g.ToClassic(f.im)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cg.Generation != 6 || cg.Protocol != "cooperative-sticky" || cg.Leader != "c1" || len(cg.Members) != 2 {
+		t.Fatalf("classic group: %+v", cg)
+	}
+	all := map[int32]bool{}
+	for _, m := range cg.Members {
+		for _, p := range decodeAssignment(t, m.Assignment) {
+			if all[p] {
+				t.Fatalf("partition %d assigned twice in %+v", p, cg)
+			}
+			all[p] = true
+		}
+		if m.SessionTimeout != 10*time.Second || m.RebalanceTimeout != 20*time.Second {
+			t.Fatalf("timeouts of %s: %v %v", m.ID, m.SessionTimeout, m.RebalanceTimeout)
+		}
+	}
+	if len(all) != 6 {
+		t.Fatalf("the classic group's assignment covers %d of 6 partitions", len(all))
+	}
+}
+
+// TestClassicMembersOfAConsumerGroup covers the errors and deadlines of
+// classic members: KIP-394, protocols, generations, a missed rejoin, and
+// the snapshot keeping what makes them classic.
+func TestClassicMembersOfAConsumerGroup(t *testing.T) {
+	f := newFixture(t)
+	f.ok(f.joinIn("k1", "a"))
+	g := f.g
+	in := classicJoin("")
+	jr, _ := g.ClassicJoin(f.now, f.im, in)
+	if jr.Err != ErrMemberIDRequired || jr.MemberID == "" {
+		t.Fatalf("dynamic classic member without an id: %+v", jr)
+	}
+	if g.Members() != 1 {
+		t.Fatal("a KIP-394 answer kept a member")
+	}
+	in.MemberID = jr.MemberID
+	if r, _ := g.ClassicJoin(f.now, f.im, in); r.Err != ErrUnknownMemberID {
+		t.Fatalf("unknown member id: %+v", r)
+	}
+	in.MemberID, in.Version = "", 3
+	jr, _ = g.ClassicJoin(f.now, f.im, in)
+	if jr.Err != ErrNone || jr.Generation != 2 {
+		t.Fatalf("classic member joins: %+v", jr)
+	}
+	c := jr.MemberID
+	bad := classicJoin(c)
+	bad.ProtocolType = "connect"
+	if r, _ := g.ClassicJoin(f.now, f.im, bad); r.Err != ErrInconsistentGroupProto {
+		t.Fatalf("protocol type connect: %+v", r)
+	}
+	if r, _ := g.ClassicSync(f.now, f.im, ClassicSyncInput{MemberID: c, Generation: 1}); r.Err != ErrIllegalGeneration {
+		t.Fatalf("sync with another generation: %v", r.Err)
+	}
+	if r, _ := g.ClassicSync(f.now, f.im, ClassicSyncInput{MemberID: c, Generation: 2, ProtocolName: ptr("range")}); r.Err != ErrInconsistentGroupProto {
+		t.Fatalf("sync naming another protocol: %v", r.Err)
+	}
+	if code, _ := g.ClassicHeartbeat(f.now, "k1", nil, 2); code != ErrUnknownMemberID {
+		t.Fatalf("classic heartbeat for a consumer member: %v", code)
+	}
+
+	// Durable: a move keeps the classic member classic.
+	snap := g.Snapshot()
+	moved := New("g", g.cfg)
+	if err := moved.Restore(f.now, snap); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range moved.Describe().Members {
+		if m.Classic != (m.MemberID == c) {
+			t.Fatalf("restored members: %+v, want only %s classic", moved.Describe().Members, c)
+		}
+	}
+
+	// The classic member owes a SyncGroup within its rebalance timeout
+	// (20 s), heartbeats (its session is 10 s) notwithstanding.
+	f.now = f.now.Add(15 * time.Second)
+	f.ok(steady("k1", g.members["k1"].epoch, assignedOf(g.members["k1"])))
+	if code, _ := g.ClassicHeartbeat(f.now, c, nil, 2); code != ErrNone {
+		t.Fatalf("classic heartbeat: %v", code)
+	}
+	if out := g.Expire(f.now, f.im); g.members[c] == nil {
+		t.Fatalf("a classic member removed before its sync deadline: %+v", out.Events)
+	}
+	f.now = f.now.Add(6 * time.Second)
+	f.ok(steady("k1", g.members["k1"].epoch, assignedOf(g.members["k1"])))
+	out := g.Expire(f.now, f.im)
+	if g.members[c] != nil || len(out.Events) == 0 || out.Events[0].Why != "the classic member did not sync within the rebalance timeout" {
+		t.Fatalf("a classic member that never synced: still in %v, events %+v", g.members[c] != nil, out.Events)
+	}
+	if out.Downgrade {
+		t.Fatal("a classic member leaving asked for a downgrade")
+	}
+}
