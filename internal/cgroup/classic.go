@@ -358,13 +358,11 @@ func (g *Group) ClassicJoin(now time.Time, im *Image, in ClassicJoinInput) (Clas
 	if err := sub.ReadFrom(in.Protocols[0].Metadata); err != nil {
 		return fail(ErrInconsistentGroupProto, in.MemberID)
 	}
-	var m *member
+	m := g.members[in.MemberID]
 	switch {
-	case !unknown:
-		m = g.members[in.MemberID]
-		if m == nil {
-			return fail(ErrUnknownMemberID, in.MemberID)
-		}
+	case !unknown && m == nil && instance != "":
+		return fail(ErrUnknownMemberID, in.MemberID)
+	case !unknown && m != nil:
 		if (instance != "" || m.instanceID != "") && g.static[instance] != m.id {
 			return fail(ErrFencedInstanceID, in.MemberID)
 		}
@@ -392,6 +390,8 @@ func (g *Group) ClassicJoin(now time.Time, im *Image, in ClassicJoinInput) (Clas
 			g.checkDowngrade(&out)
 		}
 	default:
+		// A new member; a dynamic one back with the id a KIP-394 answer
+		// gave it (nothing was kept of it) is new too, as on Kafka.
 		m = &member{id: id, instanceID: instance, assigned: map[TP]int32{}, state: Stable}
 		g.members[id] = m
 		if instance != "" {

@@ -170,16 +170,23 @@ func TestClassicMembersOfAConsumerGroup(t *testing.T) {
 	if g.Members() != 1 {
 		t.Fatal("a KIP-394 answer kept a member")
 	}
-	in.MemberID = jr.MemberID
-	if r, _ := g.ClassicJoin(f.now, f.im, in); r.Err != ErrUnknownMemberID {
-		t.Fatalf("unknown member id: %+v", r)
+	static := classicJoin("s-1")
+	static.InstanceID = ptr("instance-1")
+	if r, _ := g.ClassicJoin(f.now, f.im, static); r.Err != ErrUnknownMemberID {
+		t.Fatalf("a static member with an id the group does not know: %+v", r)
 	}
-	in.MemberID, in.Version = "", 3
+	in.MemberID = jr.MemberID
 	jr, _ = g.ClassicJoin(f.now, f.im, in)
-	if jr.Err != ErrNone || jr.Generation != 2 {
-		t.Fatalf("classic member joins: %+v", jr)
+	if jr.Err != ErrNone || jr.Generation != 2 || jr.MemberID != in.MemberID {
+		t.Fatalf("classic member joins with the id it was given: %+v", jr)
 	}
 	c := jr.MemberID
+	if old := classicJoin(""); true {
+		old.Version = 3 // before KIP-394: joins at once
+		if r, _ := g.ClassicJoin(f.now, f.im, old); r.Err != ErrNone || r.Generation != 3 {
+			t.Fatalf("JoinGroup v3 without an id: %+v", r)
+		}
+	}
 	bad := classicJoin(c)
 	bad.ProtocolType = "connect"
 	if r, _ := g.ClassicJoin(f.now, f.im, bad); r.Err != ErrInconsistentGroupProto {
@@ -202,17 +209,20 @@ func TestClassicMembersOfAConsumerGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range moved.Describe().Members {
-		if m.Classic != (m.MemberID == c) {
-			t.Fatalf("restored members: %+v, want only %s classic", moved.Describe().Members, c)
+		if m.Classic != (m.MemberID != "k1") {
+			t.Fatalf("restored members: %+v, want all but k1 classic", moved.Describe().Members)
 		}
+	}
+	if moved.ClassicMemberCount() != 2 {
+		t.Fatalf("restored: %d classic members, want 2", moved.ClassicMemberCount())
 	}
 
 	// The classic member owes a SyncGroup within its rebalance timeout
 	// (20 s), heartbeats (its session is 10 s) notwithstanding.
 	f.now = f.now.Add(15 * time.Second)
 	f.ok(steady("k1", g.members["k1"].epoch, assignedOf(g.members["k1"])))
-	if code, _ := g.ClassicHeartbeat(f.now, c, nil, 2); code != ErrNone {
-		t.Fatalf("classic heartbeat: %v", code)
+	if code, _ := g.ClassicHeartbeat(f.now, c, nil, 2); code != ErrRebalanceInProgress {
+		t.Fatalf("classic heartbeat behind the group epoch (another member joined): %v", code)
 	}
 	if out := g.Expire(f.now, f.im); g.members[c] == nil {
 		t.Fatalf("a classic member removed before its sync deadline: %+v", out.Events)

@@ -333,6 +333,9 @@ type run struct {
 	failAt time.Time
 	pauses []string
 	stalls *proctest.Stalls // the stalling volume's server, or nil
+	// mixed: the group changes type during the run (the migration
+	// scenario); describe asks for either.
+	mixed bool
 }
 
 var nameRE = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
@@ -499,12 +502,19 @@ func (r *run) stopSampler() {
 // start starts n new members.
 func (r *run) start(n int) {
 	r.t.Helper()
+	r.startWith(r.drv, n)
+}
+
+// startWith starts n new members of drv (the migration scenario mixes two
+// drivers in one group).
+func (r *run) startWith(drv driver, n int) {
+	r.t.Helper()
 	for range n {
 		id := r.next
 		r.next++
 		slot := fmt.Sprintf("static-%d", r.static)
 		r.static++
-		m, err := r.drv.start(r, id, slot)
+		m, err := drv.start(r, id, slot)
 		if err != nil {
 			r.t.Fatalf("start member %d: %v", id, err)
 		}
@@ -588,29 +598,12 @@ type memberView struct {
 func (r *run) describe() (groupView, error) {
 	ctx, cancel := r.ctx(4 * time.Second)
 	defer cancel()
-	if r.drv.consumer848 {
-		gs, err := r.adm.DescribeConsumerGroups(ctx, r.group)
-		if err != nil {
-			return groupView{}, err
+	if r.drv.consumer848 || r.mixed {
+		v, err := r.describeConsumer(ctx)
+		if !r.mixed || !errors.Is(err, kerr.GroupIDNotFound) {
+			return v, err
 		}
-		g, ok := gs[r.group]
-		if !ok {
-			return groupView{}, errors.New("group not in ConsumerGroupDescribe answer")
-		}
-		v := groupView{State: g.State}
-		for _, m := range g.Members {
-			mv := memberView{ID: m.MemberID, ClientID: m.ClientID, Readable: true}
-			for p := range m.Assignment[topic] {
-				mv.Partitions = append(mv.Partitions, p)
-			}
-			for t := range m.Assignment {
-				if t != topic {
-					mv.Partitions = append(mv.Partitions, -1) // a partition outside the topic
-				}
-			}
-			v.Members = append(v.Members, mv)
-		}
-		return v, g.Err
+		// Not a consumer group (yet, or any more): a classic one.
 	}
 	gs, err := r.adm.DescribeGroups(ctx, r.group)
 	if err != nil {
@@ -631,6 +624,32 @@ func (r *run) describe() (groupView, error) {
 					continue
 				}
 				mv.Partitions = append(mv.Partitions, tp.Partitions...)
+			}
+		}
+		v.Members = append(v.Members, mv)
+	}
+	return v, g.Err
+}
+
+// describeConsumer describes the group with ConsumerGroupDescribe.
+func (r *run) describeConsumer(ctx context.Context) (groupView, error) {
+	gs, err := r.adm.DescribeConsumerGroups(ctx, r.group)
+	if err != nil {
+		return groupView{}, err
+	}
+	g, ok := gs[r.group]
+	if !ok {
+		return groupView{}, errors.New("group not in ConsumerGroupDescribe answer")
+	}
+	v := groupView{State: g.State}
+	for _, m := range g.Members {
+		mv := memberView{ID: m.MemberID, ClientID: m.ClientID, Readable: true}
+		for p := range m.Assignment[topic] {
+			mv.Partitions = append(mv.Partitions, p)
+		}
+		for t := range m.Assignment {
+			if t != topic {
+				mv.Partitions = append(mv.Partitions, -1) // a partition outside the topic
 			}
 		}
 		v.Members = append(v.Members, mv)
