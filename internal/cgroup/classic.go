@@ -175,13 +175,20 @@ func FromClassic(id string, cfg Config, now time.Time, im *Image, cg ClassicGrou
 }
 
 // ToClassic is the classic group a consumer group of classic members only
-// becomes (Kafka's online downgrade): the generation is the group epoch, its
-// protocol the one the members vote for among those all support, the
-// leader the first member by id, and each member's assignment its target
-// assignment, encoded in the version of its subscription. The shell starts
-// a rebalance of it at once.
+// becomes (Kafka's online downgrade): its protocol the one the members vote
+// for among those all support, the leader the first member by id, and each
+// member's assignment its target assignment, encoded in the version of its
+// subscription. The shell starts a rebalance of it at once.
+//
+// The generation is the highest member epoch, the generation the members
+// know, where Kafka takes the group epoch: the departure that brings the
+// downgrade bumped the group epoch past every member's, so on Kafka the
+// commits the members make before they rejoin fail with
+// ILLEGAL_GENERATION and their records are read again. Here they land, as
+// commits do while a classic group prepares a rebalance; the rebalance
+// then moves the generation past every epoch the group had.
 func (g *Group) ToClassic(im *Image) (ClassicGroup, error) {
-	cg := ClassicGroup{Generation: g.epoch}
+	var cg ClassicGroup
 	ids := g.memberIDs()
 	members := make([]*member, 0, len(ids))
 	for _, id := range ids {
@@ -190,6 +197,7 @@ func (g *Group) ToClassic(im *Image) (ClassicGroup, error) {
 			return ClassicGroup{}, errors.New("member " + id + " does not use the classic protocol")
 		}
 		members = append(members, m)
+		cg.Generation = max(cg.Generation, m.epoch)
 	}
 	proto, ok := selectProtocol(members)
 	if !ok {

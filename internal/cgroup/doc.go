@@ -7,8 +7,9 @@
 // v1 client-generated ones, KIP-1082), the data of ConsumerGroupDescribe,
 // the member-epoch gate of OffsetCommit v9+ and TxnOffsetCommit with
 // per-partition assignment epochs (KIP-1251), static membership, regular
-// expression subscriptions, session and revocation timeouts, and a durable
-// Snapshot so that a coordinator move continues the same epochs.
+// expression subscriptions, session and revocation timeouts, online
+// migration from and to classic groups, and a durable Snapshot so that a
+// coordinator move continues the same epochs.
 //
 // Like package group (the classic protocol) it owns no goroutine, does no
 // I/O, never reads the clock (every input carries now) and takes no lock:
@@ -16,5 +17,7 @@
 // Output says (persist the snapshot, re-arm the one deadline timer). The
 // topics it assigns come in as an Image, the shell's view of the topics at
 // the time of the input. It imports the standard library and franz-go's
-// kerr only. The contract is described in docs/cgroup.md.
+// kerr and kmsg only (kmsg decodes and encodes the consumer protocol
+// subscriptions and assignments of the classic members a group takes in by
+// online migration). The contract is described in docs/cgroup.md.
 package cgroup
