@@ -112,8 +112,11 @@ func (g *consumerGroup) maybeDowngrade() {
 	c.log.Info("consumer group converted to a classic group", "group", s.id, "generation", cg.Generation,
 		"members", len(cg.Members), "protocol", cg.Protocol)
 	// The classic members agree on an assignment of their own, as on
-	// Kafka; the rebalance's write carries the classic state to the file.
-	m.apply(m.core.Rebalance(c.cfg.Now(), "Downgrade group "+s.id+" from consumer to classic."))
+	// Kafka. The classic state, rebalancing, replaces the consumer group's
+	// in the file now (a move meanwhile loads a classic group).
+	out = m.core.Rebalance(c.cfg.Now(), "Downgrade group "+s.id+" from consumer to classic.")
+	out.Persist = true
+	m.apply(out)
 }
 
 // classicInConsumer serves a classic request of a member of a consumer
