@@ -115,10 +115,12 @@ func FromClassic(id string, cfg Config, now time.Time, im *Image, cg ClassicGrou
 	taken := map[TP]bool{}
 	for _, cm := range cg.Members {
 		meta := cm.Protocols
-		i := slices.IndexFunc(meta, func(p Protocol) bool { return p.Name == cg.Protocol })
-		if i < 0 {
+		if len(meta) == 0 {
 			return nil, ErrMalformed
 		}
+		// The generation's protocol; a member that joined since, with
+		// other protocols, is read from its first.
+		i := max(slices.IndexFunc(meta, func(p Protocol) bool { return p.Name == cg.Protocol }), 0)
 		var sub kmsg.ConsumerMemberMetadata
 		if err := sub.ReadFrom(meta[i].Metadata); err != nil {
 			return nil, ErrMalformed
@@ -406,7 +408,7 @@ func (g *Group) ClassicJoin(now time.Time, im *Image, in ClassicJoinInput) (Clas
 			g.static[instance] = id
 		}
 		g.bump(&out, "member "+id+" joined")
-		out.event("member joined", id, 0, "classic protocol")
+		out.event("member joined", id, 0, withReason("classic protocol", in.Reason))
 	}
 	names := sortedCopy(sub.Topics)
 	changed := !slices.Equal(names, m.names) || m.regex != "" || m.assignor != ""
@@ -603,6 +605,13 @@ func (g *Group) checkDowngrade(out *Output) {
 	if classic > 0 && consumer == 0 {
 		out.Downgrade = true
 	}
+}
+
+func withReason(why, reason string) string {
+	if reason == "" {
+		return why
+	}
+	return why + "; client reason: " + reason
 }
 
 // ClassicMemberCount is the number of members using the classic protocol.

@@ -1,6 +1,8 @@
 package cgroup
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -237,5 +239,149 @@ func TestClassicMembersOfAConsumerGroup(t *testing.T) {
 	}
 	if out.Downgrade {
 		t.Fatal("a classic member leaving asked for a downgrade")
+	}
+}
+
+// TestRandomMixedGroupsKeepTheInvariants drives a consumer group of
+// classic (cooperative) and consumer-protocol model clients with random
+// heartbeats, rejoins, leaves and clock steps, and checks after every
+// input that no partition is owned by two clients (by what each was told)
+// nor by two members on the coordinator, and that once every client just
+// heartbeats for a while, all partitions are assigned and the group is
+// Stable.
+func TestRandomMixedGroupsKeepTheInvariants(t *testing.T) {
+	for seed := range uint64(200) {
+		t.Run("", func(t *testing.T) { randomMixedRun(t, seed) })
+	}
+}
+
+type mixedClient struct {
+	id      string
+	classic bool
+	in      bool
+	epoch   int32 // generation (classic) or member epoch
+	owned   map[TP]struct{}
+}
+
+func randomMixedRun(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, seed*13+5))
+	f := newFixture(t)
+	// A consumer member first: the group is a consumer group.
+	var clients []*mixedClient
+	for i := range 2 + rng.IntN(5) {
+		clients = append(clients, &mixedClient{id: fmt.Sprintf("x%d", i), classic: i > 0 && rng.IntN(2) == 0, owned: map[TP]struct{}{}})
+	}
+	check := func(step string) {
+		t.Helper()
+		f.checkDisjoint()
+		seen := map[TP]string{}
+		for _, c := range clients {
+			for tp := range c.owned {
+				if o, dup := seen[tp]; dup {
+					t.Fatalf("seed %d %s: clients %s and %s both own %v", seed, step, o, c.id, tp)
+				}
+				seen[tp] = c.id
+			}
+		}
+	}
+	reset := func(c *mixedClient) { c.in, c.epoch, c.owned = false, 0, map[TP]struct{}{} }
+	act := func(c *mixedClient, quiet bool) {
+		if !c.classic {
+			in := steady(c.id, c.epoch, grouped(c.owned))
+			if !c.in {
+				in = f.joinIn(c.id, "a")
+			}
+			if !quiet && c.in && rng.IntN(15) == 0 {
+				in.MemberEpoch = LeaveEpoch
+				f.g.Heartbeat(f.now, f.im, in)
+				reset(c)
+				return
+			}
+			res, _ := f.g.Heartbeat(f.now, f.im, in)
+			switch res.Err {
+			case ErrNone:
+				c.in, c.epoch = true, res.MemberEpoch
+				if res.HasAssignment {
+					c.owned = flat(res.Assignment)
+				}
+			case ErrUnknownMemberID, ErrFencedMemberEpoch:
+				reset(c)
+			default:
+				t.Fatalf("seed %d: heartbeat of %s: %v %s", seed, c.id, res.Err, res.ErrMessage)
+			}
+			return
+		}
+		rejoin := !c.in
+		if c.in {
+			if !quiet && rng.IntN(15) == 0 {
+				f.g.ClassicLeave(f.now, f.im, []ClassicLeaver{{MemberID: c.id}})
+				reset(c)
+				return
+			}
+			switch code, _ := f.g.ClassicHeartbeat(f.now, c.id, nil, c.epoch); code {
+			case ErrNone:
+			case ErrRebalanceInProgress:
+				rejoin = true
+			case ErrUnknownMemberID, ErrIllegalGeneration:
+				reset(c)
+				rejoin = true
+			default:
+				t.Fatalf("seed %d: classic heartbeat of %s: %v", seed, c.id, code)
+			}
+		}
+		if !rejoin {
+			return
+		}
+		var owned []int32
+		for tp := range c.owned {
+			owned = append(owned, tp.Partition)
+		}
+		jr, _ := f.g.ClassicJoin(f.now, f.im, classicJoin(c.id, owned...))
+		if jr.Err != ErrNone {
+			t.Fatalf("seed %d: classic join of %s: %+v", seed, c.id, jr)
+		}
+		check("classic join")
+		sr, _ := f.g.ClassicSync(f.now, f.im, ClassicSyncInput{MemberID: c.id, Generation: jr.Generation})
+		if sr.Err == ErrRebalanceInProgress {
+			c.in, c.epoch = true, jr.Generation // it rejoins at its next turn
+			return
+		}
+		if sr.Err != ErrNone {
+			t.Fatalf("seed %d: classic sync of %s: %v", seed, c.id, sr.Err)
+		}
+		c.in, c.epoch, c.owned = true, jr.Generation, map[TP]struct{}{}
+		for _, p := range decodeAssignment(t, sr.Assignment) {
+			c.owned[TP{topicA, p}] = struct{}{}
+		}
+	}
+	for step := range 300 {
+		c := clients[rng.IntN(len(clients))]
+		f.now = f.now.Add(time.Duration(rng.IntN(2000)) * time.Millisecond)
+		act(c, false)
+		check(fmt.Sprint("step ", step))
+		out := f.g.Expire(f.now, f.im)
+		for _, ev := range out.Events {
+			for _, c := range clients {
+				if c.id == ev.Member && (ev.What == "session expired" || ev.What == "member fenced" || ev.What == "revocation timed out") {
+					reset(c)
+				}
+			}
+		}
+		check(fmt.Sprint("expire ", step))
+	}
+	// Quiet: everyone just heartbeats (and rejoins when told) for a while.
+	for range 40 {
+		for _, c := range clients {
+			f.now = f.now.Add(100 * time.Millisecond)
+			act(c, true)
+			check("quiet")
+		}
+	}
+	owned := 0
+	for _, c := range clients {
+		owned += len(c.owned)
+	}
+	if owned != 6 || f.g.State() != "Stable" {
+		t.Fatalf("seed %d: after a quiet while: %d of 6 partitions owned, group %s", seed, owned, f.g.State())
 	}
 }

@@ -60,12 +60,14 @@ type member struct {
 }
 
 // deadlines are the member's session and revocation deadlines, and for a
-// classic member the JoinGroup and SyncGroup it owes.
-func (m *member) deadlines() []time.Time {
+// classic member the JoinGroup and SyncGroup it owes (zero: none). An
+// array, not a slice: NextDeadline runs after every input, over every
+// member.
+func (m *member) deadlines() [3]time.Time {
 	if m.classic != nil {
-		return []time.Time{m.sessionDeadline, m.classic.joinDeadline, m.classic.syncDeadline}
+		return [3]time.Time{m.sessionDeadline, m.classic.joinDeadline, m.classic.syncDeadline}
 	}
-	return []time.Time{m.sessionDeadline, m.revokingDeadline}
+	return [3]time.Time{m.sessionDeadline, m.revokingDeadline}
 }
 
 func (m *member) static() bool { return m.instanceID != "" }

@@ -337,16 +337,19 @@ func (c *Coordinator) ConsumerHeartbeat(ctx context.Context, groupID string, in 
 		return cgroup.HeartbeatResult{}, err
 	}
 	g := s.consumer
-	upgraded := false
-	if s.classicInUse() && in.MemberEpoch == cgroup.JoinEpoch {
-		upgraded = true
-		if g, err = c.upgrade(s); err != nil {
+	var converted *consumerGroup
+	if s.classicInUse() {
+		// A join may upgrade the classic group (online migration).
+		if in.MemberEpoch == cgroup.JoinEpoch {
+			converted, err = c.upgrade(s)
+		} else {
+			err = ErrNotConsumerGroup
+		}
+		if err != nil {
 			s.mu.Unlock()
 			return cgroup.HeartbeatResult{}, err
 		}
-	} else if s.classicInUse() {
-		s.mu.Unlock()
-		return cgroup.HeartbeatResult{}, ErrNotConsumerGroup
+		g = converted
 	}
 	if g != nil && g.broken {
 		err := g.brokenErr
@@ -362,8 +365,15 @@ func (c *Coordinator) ConsumerHeartbeat(ctx context.Context, groupID string, in 
 		g.core.SetTimeouts(o.SessionTimeout, o.HeartbeatInterval)
 	}
 	res, out := g.core.Heartbeat(c.cfg.Now(), c.image(), in)
-	if upgraded {
-		out.Persist = true // the converted group, whatever became of the heartbeat
+	if converted != nil {
+		if res.Err != cgroup.ErrNone {
+			// Refused: the classic group stays as it was, as on Kafka
+			// (the conversion and the join are one operation).
+			s.mu.Unlock()
+			return res, nil
+		}
+		c.install(s, converted)
+		out.Persist = true
 	}
 	if fresh {
 		if !out.Persist { // refused: nothing was created

@@ -15,7 +15,9 @@ import (
 
 // upgrade converts the classic group of s, which has members, into a
 // consumer group, or says why not (GROUP_ID_NOT_FOUND, as Kafka answers).
-// Called with s.mu held.
+// The group is not installed: the joining member's heartbeat is fed to it
+// first, and install makes it the group's only if that heartbeat is
+// accepted. Called with s.mu held.
 func (c *Coordinator) upgrade(s *shell) (*consumerGroup, error) {
 	m := s.member
 	cfg := c.cfg.Consumer
@@ -47,12 +49,17 @@ func (c *Coordinator) upgrade(s *shell) (*consumerGroup, error) {
 		c.log.Warn("classic group not upgraded to a consumer group", "group", s.id, "err", err)
 		return nil, ErrNotConsumerGroup
 	}
-	s.endClassic(m.core.Migrate())
-	g := &consumerGroup{c: c, s: s, core: core, seenEpoch: core.Epoch()}
+	return &consumerGroup{c: c, s: s, core: core, seenEpoch: core.Epoch()}, nil
+}
+
+// install makes the upgraded group g the group of s: the classic state
+// machine answers what it held parked REBALANCE_IN_PROGRESS (those members
+// come back to g) and is dropped. Called with s.mu held.
+func (c *Coordinator) install(s *shell, g *consumerGroup) {
+	gen, members := s.member.generation(), s.member.core.Members()
+	s.endClassic(s.member.core.Migrate())
 	s.consumer = g
-	c.log.Info("classic group converted to a consumer group", "group", s.id, "generation", snap.Generation,
-		"members", len(cg.Members), "protocol", cg.Protocol)
-	return g, nil
+	c.log.Info("classic group converted to a consumer group", "group", s.id, "generation", gen, "members", members)
 }
 
 func toCgroupProtocols(ps []group.Protocol) []cgroup.Protocol {

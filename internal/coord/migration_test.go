@@ -57,6 +57,16 @@ func TestMixedGroupMovesAndDowngradesThroughTheFile(t *testing.T) {
 	}
 	classic, gen := jr.MemberID, jr.Generation
 
+	// A join the consumer group would refuse leaves the classic group as
+	// it was (the conversion and the join are one operation).
+	bad := consumerJoin("k0")
+	bad.RebalanceTimeoutMs = -1
+	if res, err := a.ConsumerHeartbeat(ctx, g, bad); err != nil || res.Err != cgroup.ErrInvalidRequest {
+		t.Fatalf("invalid consumer join into the classic group: %+v %v", res, err)
+	}
+	if hr, err := a.Heartbeat(g, group.HeartbeatInput{MemberID: classic, Generation: gen}); err != nil || hr.Err != 0 {
+		t.Fatalf("classic heartbeat after a refused join: %+v %v", hr, err)
+	}
 	// Disabled: the classic group stays classic.
 	a.cfg.Consumer.MigrationPolicy = cgroup.MigrationDisabled
 	if _, err := a.ConsumerHeartbeat(ctx, g, consumerJoin("k1")); !errors.Is(err, ErrNotConsumerGroup) {
