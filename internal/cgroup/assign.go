@@ -1,6 +1,8 @@
 package cgroup
 
 import (
+	"cmp"
+	"slices"
 	"sort"
 )
 
@@ -131,12 +133,22 @@ func assignUniform(subs map[string][]string, prev map[string]map[TP]struct{}, im
 	}
 	// Balance: move a partition from a member to an eligible one with at
 	// least two fewer, until none can move (each move lowers the sum of
-	// squares, so this ends).
+	// squares, so this ends). A partition whose owner has at most one more
+	// than the fewest any member has cannot move: the scan of the members
+	// is skipped for it (the common case once balanced).
+	fewest := func() int {
+		m := int(^uint(0) >> 1)
+		for _, c := range count {
+			m = min(m, c)
+		}
+		return m
+	}
 	for range len(all) * (len(ids) + 1) {
 		moved := false
+		floor := fewest()
 		for k := range all {
 			from := owner[k]
-			if from < 0 {
+			if from < 0 || count[from]-1 <= floor {
 				continue
 			}
 			if to := least(k, count[from]-1); to >= 0 && to != from {
@@ -144,6 +156,7 @@ func assignUniform(subs map[string][]string, prev map[string]map[TP]struct{}, im
 				count[from]--
 				count[to]++
 				moved = true
+				floor = fewest()
 			}
 		}
 		if !moved {
@@ -163,5 +176,10 @@ func assignUniform(subs map[string][]string, prev map[string]map[TP]struct{}, im
 }
 
 func sortTPs(tps []TP) {
-	sort.Slice(tps, func(i, j int) bool { return tps[i].less(tps[j]) })
+	slices.SortFunc(tps, func(a, b TP) int {
+		if c := compareID(a.Topic, b.Topic); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Partition, b.Partition)
+	})
 }

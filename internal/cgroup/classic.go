@@ -472,12 +472,9 @@ func (g *Group) mustRejoin(m *member) bool {
 	case m.epoch < g.epoch, m.state == UnrevokedPartitions:
 		return true
 	case m.state == UnreleasedPartitions:
-		others := g.owners(m.id)
 		for tp := range g.target[m.id] {
-			if _, have := m.assigned[tp]; !have {
-				if _, taken := others[tp]; taken {
-					return false // still waiting for one
-				}
+			if _, have := m.assigned[tp]; !have && g.ownedByOther(tp, m.id) {
+				return false // still waiting for one
 			}
 		}
 		return true

@@ -342,22 +342,23 @@ func (g *Group) assignorName() string {
 	return best
 }
 
-// owners maps every owned partition (assigned or being revoked) to its
-// member, except member skip.
-func (g *Group) owners(skip string) map[TP]string {
-	out := map[TP]string{}
+// ownedByOther reports whether a member other than skip owns tp (has it
+// assigned or is revoking it). The callers ask it for the few partitions
+// of a target a member does not have yet: a lookup per member is cheaper
+// than indexing every owned partition of the group at each heartbeat.
+func (g *Group) ownedByOther(tp TP, skip string) bool {
 	for id, m := range g.members {
 		if id == skip {
 			continue
 		}
-		for tp := range m.assigned {
-			out[tp] = id
+		if _, ok := m.assigned[tp]; ok {
+			return true
 		}
-		for tp := range m.revoking {
-			out[tp] = id
+		if _, ok := m.revoking[tp]; ok {
+			return true
 		}
 	}
-	return out
+	return false
 }
 
 // reconcile moves member m one step towards its target assignment, given
@@ -419,13 +420,12 @@ func (g *Group) nextAssignment(m *member, owned map[TP]struct{}, now time.Time, 
 	if len(revoke) > 0 {
 		changed = true
 	}
-	others := g.owners(m.id)
 	unreleased := false
 	for tp := range target {
 		if _, have := keep[tp]; have {
 			continue
 		}
-		if _, taken := others[tp]; taken {
+		if g.ownedByOther(tp, m.id) {
 			unreleased = true
 			continue
 		}
