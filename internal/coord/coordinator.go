@@ -194,6 +194,7 @@ func New(cfg Config) *Coordinator {
 		cfg.Now = time.Now
 	}
 	cfg.Consumer = cfg.Consumer.WithDefaults()
+	cfg.Group = cfg.Group.WithDefaults()
 	return &Coordinator{
 		cfg: cfg, log: cfg.Logger, store: cfg.Store,
 		own:    NewOwnership(cfg.Me, Local{Self: cfg.Self, Standalone: cfg.Standalone}),

@@ -81,6 +81,12 @@ func TestMixedGroupMovesAndDowngradesThroughTheFile(t *testing.T) {
 		t.Fatalf("classic heartbeat after the upgrade: %+v %v", hr, err)
 	}
 
+	short := classicJoinIn("")
+	short.SessionTimeout = time.Millisecond
+	if ch, err := a.Join(g, short); err != nil || (<-ch).Err != group.ErrInvalidSessionTimeout {
+		t.Fatalf("classic join with a session timeout below group.min.session.timeout.ms: %v", err)
+	}
+
 	// The group moves; the classic member goes on at the new owner.
 	b := newOwner(t, dir, "kaas-1", assignment(2, 2, nil, map[string]string{g: "kaas-1"}))
 	b.SetTopics(consumerImage)

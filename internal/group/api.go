@@ -80,7 +80,8 @@ func DefaultConfig() Config {
 	}
 }
 
-func (c Config) withDefaults() Config {
+// WithDefaults fills what c leaves unset with Kafka's defaults (New does it).
+func (c Config) WithDefaults() Config {
 	d := DefaultConfig()
 	if c.MinSessionTimeout <= 0 {
 		c.MinSessionTimeout = d.MinSessionTimeout

@@ -118,7 +118,7 @@ type Group struct {
 func New(id string, cfg Config) *Group {
 	return &Group{
 		id:          id,
-		cfg:         cfg.withDefaults(),
+		cfg:         cfg.WithDefaults(),
 		members:     map[string]*member{},
 		static:      map[string]string{},
 		pending:     map[string]bool{},
