@@ -120,7 +120,7 @@ func (consumer848Goal) Run(ctx context.Context, env *Env) ([]Row, error) {
 			fmt.Sprintf("median of %d; from the first join to every member at one epoch owning its share of %d partitions, each owned once", c848Reps, c848Partitions)),
 		AtMost(g, fmt.Sprintf("consumer group: +1 member to %d, %s vs kfake", n, where), "ms",
 			ms(ours.plus1), ms(peer.plus1), RefKfake, 1.0,
-			fmt.Sprintf("median of %d; from the new member's join to all %d reconciled", c848Reps, n+1)),
+			fmt.Sprintf("median of %d; from the new member's join to all %d reconciled, each owning its share", c848Reps, n+1)),
 		AtLeast(g, fmt.Sprintf("consumer group: ConsumerGroupHeartbeat with %d members, %s vs kfake", tput, where), "heartbeats/s",
 			ours.rate, peer.rate, RefKfake, 1.0,
 			fmt.Sprintf("%d members each heartbeating back to back for %s, one client each", tput, window)),
@@ -195,8 +195,10 @@ func (r *c848Run) stop() {
 	r.wg.Wait()
 }
 
-// reconciled: the first n members are in at one epoch and own every
-// partition of the topic exactly once.
+// reconciled: the first n members are in at one epoch, own every
+// partition of the topic exactly once, and each owns its share (the
+// partitions over the members, rounded down or up): a group whose new
+// member was given nothing yet is not reconciled, whatever the epochs say.
 func (r *c848Run) reconciled(n int) bool {
 	type tp struct {
 		topic [16]byte
@@ -204,15 +206,21 @@ func (r *c848Run) reconciled(n int) bool {
 	}
 	owners := map[tp]int{}
 	epoch := int32(-1)
+	share := c848Partitions / n
 	for _, m := range r.state[:n] {
 		if !m.in || (epoch >= 0 && m.epoch != epoch) {
 			return false
 		}
 		epoch = m.epoch
+		k := 0
 		for id, ps := range m.owned {
 			for _, p := range ps {
 				owners[tp{id, p}]++
 			}
+			k += len(ps)
+		}
+		if k < share || k > share+1 {
+			return false
 		}
 	}
 	if len(owners) != c848Partitions {
