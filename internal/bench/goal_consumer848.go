@@ -130,7 +130,7 @@ func (consumer848Goal) Run(ctx context.Context, env *Env) ([]Row, error) {
 		k := *env.Kafka
 		k.Replication = 1
 		kf, err := measure(k)
-		const note = "group.protocol consumer served by Kafka; it writes a group's epoch changes to __consumer_offsets (replicated) before answering"
+		const note = "group.protocol consumer served by Kafka; it writes a group's epoch changes to __consumer_offsets (replicated) before answering, and computes a new target assignment at most every consumer.assignment.interval.ms (1 s by default, KIP-1263), where kaas computes it at once"
 		rows[0] = rows[0].WithKafka(ms(kf.form), note, err)
 		rows[1] = rows[1].WithKafka(ms(kf.plus1), note, err)
 		rows[2] = rows[2].WithKafka(kf.rate, note, err)
