@@ -369,6 +369,7 @@ func (g *Group) ClassicJoin(now time.Time, im *Image, in ClassicJoinInput) (Clas
 		return fail(ErrInconsistentGroupProto, in.MemberID)
 	}
 	m := g.members[in.MemberID]
+	replacedConsumer := false // a consumer-protocol member's place taken
 	switch {
 	case !unknown && m == nil && instance != "":
 		return fail(ErrUnknownMemberID, in.MemberID)
@@ -376,6 +377,7 @@ func (g *Group) ClassicJoin(now time.Time, im *Image, in ClassicJoinInput) (Clas
 		if (instance != "" || m.instanceID != "") && g.static[instance] != m.id {
 			return fail(ErrFencedInstanceID, in.MemberID)
 		}
+		replacedConsumer = m.classic == nil // a member switching to the classic protocol
 	case existing != nil:
 		// A static member back with a new id takes the old one's place,
 		// its assignment and target, without a new epoch.
@@ -396,9 +398,7 @@ func (g *Group) ClassicJoin(now time.Time, im *Image, in ClassicJoinInput) (Clas
 		m = &nm
 		out.event("member joined", id, m.epoch, "replaces static member "+old.id+" (instance "+instance+"), classic protocol")
 		out.Persist = true
-		if old.classic == nil {
-			g.checkDowngrade(&out)
-		}
+		replacedConsumer = old.classic == nil
 	default:
 		// A new member; a dynamic one back with the id a KIP-394 answer
 		// gave it (nothing was kept of it) is new too, as on Kafka.
@@ -424,6 +424,9 @@ func (g *Group) ClassicJoin(now time.Time, im *Image, in ClassicJoinInput) (Clas
 	}
 	m.rebalanceTimeout = in.RebalanceTimeout
 	m.classic = &classicMeta{sessionTimeout: in.SessionTimeout, protocols: cloneProtocols(in.Protocols)}
+	if replacedConsumer {
+		g.checkDowngrade(&out)
+	}
 	if changed && g.targetEpoch == g.epoch {
 		g.bump(&out, "member "+m.id+" changed its subscription")
 	}

@@ -385,3 +385,50 @@ func randomMixedRun(t *testing.T, seed uint64) {
 		t.Fatalf("seed %d: after a quiet while: %d of 6 partitions owned, group %s", seed, owned, f.g.State())
 	}
 }
+
+// TestStaticMembersChangeProtocolInPlace: a static member rolled from the
+// classic protocol to the consumer protocol takes its instance's place at
+// once with its partitions (Kafka's UNRELEASED_INSTANCE_ID is between
+// consumer-protocol members only), and rolled back, a classic member taking
+// the place of the last consumer-protocol member (left with -2) asks for
+// the downgrade, keeping the partitions.
+func TestStaticMembersChangeProtocolInPlace(t *testing.T) {
+	f := newFixture(t)
+	proto := []Protocol{{Name: "cooperative-sticky", Metadata: subscription()}}
+	g, err := FromClassic("g", f.g.cfg, f.now, f.im, ClassicGroup{Generation: 3, Protocol: "cooperative-sticky",
+		Members: []ClassicMember{
+			{ID: "c1", InstanceID: "i1", SessionTimeout: 10 * time.Second, RebalanceTimeout: 20 * time.Second, Protocols: proto, Assignment: assignmentOf(0, 1, 2)},
+			{ID: "c2", SessionTimeout: 10 * time.Second, RebalanceTimeout: 20 * time.Second, Protocols: proto, Assignment: assignmentOf(3, 4, 5)},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.g = g
+	join := f.joinIn("k1", "a")
+	join.InstanceID = ptr("i1")
+	res := f.ok(join)
+	if got := flat(res.Assignment); len(got) != 3 || res.MemberEpoch != 3 {
+		t.Fatalf("consumer member taking classic instance i1's place: %+v, want c1's 3 partitions at epoch 3", res)
+	}
+	if code, _ := g.ClassicHeartbeat(f.now, "c1", nil, 3); code != ErrUnknownMemberID {
+		t.Fatalf("the replaced classic member: %v", code)
+	}
+	// Rolled back: k1 leaves for now (-2), a classic member of the same
+	// instance takes its place.
+	leave := steady("k1", 3, res.Assignment)
+	leave.MemberEpoch, leave.InstanceID = StaticLeaveEpoch, ptr("i1")
+	if r, _ := g.Heartbeat(f.now, f.im, leave); r.Err != ErrNone {
+		t.Fatalf("static leave: %v", r.Err)
+	}
+	back := classicJoin("")
+	back.InstanceID = ptr("i1")
+	jr, out := g.ClassicJoin(f.now, f.im, back)
+	f.checkDisjoint()
+	if jr.Err != ErrNone || !out.Downgrade || g.ClassicMemberCount() != 2 || g.Members() != 2 {
+		t.Fatalf("classic member back in instance i1: %+v, downgrade %v, %d classic of %d", jr, out.Downgrade, g.ClassicMemberCount(), g.Members())
+	}
+	sr, _ := g.ClassicSync(f.now, f.im, ClassicSyncInput{MemberID: jr.MemberID, InstanceID: ptr("i1"), Generation: jr.Generation})
+	if sr.Err != ErrNone || !slices.Equal(decodeAssignment(t, sr.Assignment), []int32{0, 1, 2}) {
+		t.Fatalf("its assignment: %+v", sr)
+	}
+}
