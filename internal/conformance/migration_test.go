@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // The mixed-group scenario (issue #15): a classic group upgraded online to
@@ -22,12 +24,22 @@ var migrations = []struct {
 	quick             bool
 }{
 	{"franz-go-cooperative", "franz-go-848", true},
+	// Static members: each new member takes the instance id of the one it
+	// replaces (a static classic member stopped does not leave; a static
+	// consumer-protocol member leaves with -2), so the group sees an
+	// instance change protocol in place.
+	{"franz-go-static", "franz-go-848-static", true},
 	{"java", "java-848", false},
 	{"confluent-kafka-python", "confluent-kafka-python-848", false},
 }
 
+// franz848Static is franz-go's KIP-848 member with an instance id, for the
+// static pair only (the matrix has no static KIP-848 driver).
+var franz848Static = driver{name: "franz-go-848-static", static: true, consumer848: true, need: noNeed,
+	start: franz(kgo.CooperativeStickyBalancer(), kgo.ServerSideBalancer())}
+
 func driverNamed(t *testing.T, name string) driver {
-	for _, d := range drivers {
+	for _, d := range append(drivers, franz848Static) {
 		if d.name == name {
 			return d
 		}
@@ -68,7 +80,11 @@ func migration(consumer driver) func(r *run) {
 			for id := range r.members {
 				ids = append(ids, id)
 			}
-			r.stopMember(slices.Min(ids))
+			oldest := slices.Min(ids)
+			r.stopMember(oldest)
+			if r.drv.static {
+				r.nextSlot = r.slots[oldest]
+			}
 			r.startWith(to, 1)
 			r.waitStable(3, 90*time.Second)
 			r.consuming(fmt.Sprintf("%d of 3 members %s", i, what))

@@ -336,6 +336,10 @@ type run struct {
 	// mixed: the group changes type during the run (the migration
 	// scenario); describe asks for either.
 	mixed bool
+	// slots are the static slot (instance id) each member started with;
+	// nextSlot, when set, is the one the next member takes.
+	slots    map[int]string
+	nextSlot string
 }
 
 var nameRE = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
@@ -514,6 +518,13 @@ func (r *run) startWith(drv driver, n int) {
 		r.next++
 		slot := fmt.Sprintf("static-%d", r.static)
 		r.static++
+		if r.nextSlot != "" { // a static member's instance taken over (migration)
+			slot, r.nextSlot = r.nextSlot, ""
+		}
+		if r.slots == nil {
+			r.slots = map[int]string{}
+		}
+		r.slots[id] = slot
 		m, err := drv.start(r, id, slot)
 		if err != nil {
 			r.t.Fatalf("start member %d: %v", id, err)
