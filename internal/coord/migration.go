@@ -85,7 +85,7 @@ func (g *consumerGroup) maybeDowngrade() {
 		c.log.Info("consumer group not downgraded to a classic group: online downgrade is disabled (group.consumer.migration.policy "+c.cfg.Consumer.MigrationPolicy+")", "group", s.id)
 		return
 	}
-	if max := c.cfg.Group.MaxSize; max > 0 && g.core.Members() > max {
+	if limit := c.cfg.Group.MaxSize; limit > 0 && g.core.Members() > limit {
 		c.log.Info("consumer group not downgraded to a classic group: its size exceeds group.max.size", "group", s.id)
 		return
 	}
