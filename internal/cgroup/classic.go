@@ -29,9 +29,6 @@ const (
 	MigrationDisabled      = "disabled"
 )
 
-// Migrations lists the policies, the default first.
-var Migrations = []string{MigrationBidirectional, MigrationUpgrade, MigrationDowngrade, MigrationDisabled}
-
 // UpgradeEnabled: a classic group with members may become a consumer group.
 func (c Config) UpgradeEnabled() bool {
 	return c.MigrationPolicy == MigrationBidirectional || c.MigrationPolicy == MigrationUpgrade
@@ -210,17 +207,9 @@ func (g *Group) ToClassic(im *Image) (ClassicGroup, error) {
 		if cg.Leader == "" {
 			cg.Leader = m.id
 		}
-		assignment := kmsg.ConsumerMemberAssignment{Version: min(subscriptionVersion(m.classic.protocols[0].Metadata), 3)}
-		for _, t := range grouped(g.target[m.id]) {
-			topic, ok := im.ByID(t.Topic)
-			if !ok {
-				continue
-			}
-			assignment.Topics = append(assignment.Topics, kmsg.ConsumerMemberAssignmentTopic{Topic: topic.Name, Partitions: t.Partitions})
-		}
 		cg.Members = append(cg.Members, ClassicMember{ID: m.id, InstanceID: m.instanceID, ClientID: m.clientID,
 			ClientHost: m.clientHost, SessionTimeout: m.classic.sessionTimeout, RebalanceTimeout: m.rebalanceTimeout,
-			Protocols: cloneProtocols(m.classic.protocols), Assignment: assignment.AppendTo(nil)})
+			Protocols: cloneProtocols(m.classic.protocols), Assignment: m.encodeAssignment(grouped(g.target[m.id]), im)})
 	}
 	return cg, nil
 }
@@ -263,6 +252,19 @@ func selectProtocol(members []*member) (string, bool) {
 		}
 	}
 	return best, true
+}
+
+// encodeAssignment encodes partitions for classic member m as a
+// ConsumerProtocol assignment, in the version of its subscription (at most
+// 3, the newest); partitions of topics im does not know are left out.
+func (m *member) encodeAssignment(tps []TopicPartitions, im *Image) []byte {
+	a := kmsg.ConsumerMemberAssignment{Version: min(subscriptionVersion(m.classic.protocols[0].Metadata), 3)}
+	for _, t := range tps {
+		if topic, ok := im.ByID(t.Topic); ok {
+			a.Topics = append(a.Topics, kmsg.ConsumerMemberAssignmentTopic{Topic: topic.Name, Partitions: t.Partitions})
+		}
+	}
+	return a.AppendTo(nil)
 }
 
 // subscriptionVersion is the version a ConsumerProtocol subscription is
@@ -346,6 +348,8 @@ func (g *Group) ClassicJoin(now time.Time, im *Image, in ClassicJoinInput) (Clas
 	if unknown {
 		id = g.cfg.NewMemberID()
 	}
+	// existing is the member the join speaks for: the one with its id, or
+	// for a static member without one, its instance's.
 	existing := g.members[in.MemberID]
 	if unknown && instance != "" {
 		existing = g.members[g.static[instance]]
@@ -368,12 +372,13 @@ func (g *Group) ClassicJoin(now time.Time, im *Image, in ClassicJoinInput) (Clas
 	if err := sub.ReadFrom(in.Protocols[0].Metadata); err != nil {
 		return fail(ErrInconsistentGroupProto, in.MemberID)
 	}
-	m := g.members[in.MemberID]
+	var m *member
 	replacedConsumer := false // a consumer-protocol member's place taken
 	switch {
-	case !unknown && m == nil && instance != "":
+	case !unknown && existing == nil && instance != "":
 		return fail(ErrUnknownMemberID, in.MemberID)
-	case !unknown && m != nil:
+	case !unknown && existing != nil:
+		m = existing
 		if (instance != "" || m.instanceID != "") && g.static[instance] != m.id {
 			return fail(ErrFencedInstanceID, in.MemberID)
 		}
@@ -410,19 +415,16 @@ func (g *Group) ClassicJoin(now time.Time, im *Image, in ClassicJoinInput) (Clas
 		g.bump(&out, "member "+id+" joined")
 		out.event("member joined", id, 0, withReason("classic protocol", in.Reason))
 	}
-	names := sortedCopy(sub.Topics)
-	changed := !slices.Equal(names, m.names) || m.regex != "" || m.assignor != ""
-	m.names, m.regex, m.re, m.assignor = names, "", nil, ""
-	if sub.Rack != nil {
-		m.rackID = *sub.Rack
+	// The subscription of a classic member is topic names only: no regex,
+	// no server assignor (the heartbeat's update applies it).
+	names := sub.Topics
+	if names == nil {
+		names = []string{}
 	}
-	if in.ClientID != "" {
-		m.clientID = in.ClientID
-	}
-	if in.ClientHost != "" {
-		m.clientHost = in.ClientHost
-	}
-	m.rebalanceTimeout = in.RebalanceTimeout
+	none := ""
+	changed := g.update(m, HeartbeatInput{RebalanceTimeoutMs: int32(in.RebalanceTimeout / time.Millisecond),
+		RackID: sub.Rack, ClientID: in.ClientID, ClientHost: in.ClientHost,
+		SubscribedTopicNames: names, SubscribedTopicRegex: &none, ServerAssignor: &none})
 	m.classic = &classicMeta{sessionTimeout: in.SessionTimeout, protocols: cloneProtocols(in.Protocols)}
 	if replacedConsumer {
 		g.checkDowngrade(&out)
@@ -532,16 +534,8 @@ func (g *Group) ClassicSync(now time.Time, im *Image, in ClassicSyncInput) (Clas
 		return ClassicSyncResult{Err: m.rebalanceInProgress(now)}, out
 	}
 	m.classic.syncDeadline = time.Time{}
-	assignment := kmsg.ConsumerMemberAssignment{Version: min(subscriptionVersion(m.classic.protocols[0].Metadata), 3)}
-	for _, t := range assignedOf(m) {
-		topic, ok := im.ByID(t.Topic)
-		if !ok {
-			continue
-		}
-		assignment.Topics = append(assignment.Topics, kmsg.ConsumerMemberAssignmentTopic{Topic: topic.Name, Partitions: t.Partitions})
-	}
 	return ClassicSyncResult{ProtocolType: ConsumerProtocolType, ProtocolName: m.classic.protocols[0].Name,
-		Assignment: assignment.AppendTo(nil)}, out
+		Assignment: m.encodeAssignment(assignedOf(m), im)}, out
 }
 
 // ClassicHeartbeat serves a Heartbeat from a classic member of a consumer

@@ -74,7 +74,8 @@ type Config struct {
 	Assignors []string
 	// MigrationPolicy is group.consumer.migration.policy: which online
 	// conversions between classic and consumer groups with members are
-	// allowed (Migrations; default bidirectional).
+	// allowed: MigrationBidirectional (the default), MigrationUpgrade,
+	// MigrationDowngrade, MigrationDisabled (anything else: as disabled).
 	MigrationPolicy string
 	// NewMemberID returns a fresh member id (v0 heartbeats, where the
 	// coordinator names the member). Default: a random UUID in Kafka's

@@ -164,13 +164,10 @@ func optString(s string) *string { return &s }
 // consumerJoin is JoinGroup for a consumer group with members.
 func (c *Coordinator) consumerJoin(s *shell, in group.JoinInput) (<-chan group.JoinResult, error) {
 	ch := make(chan group.JoinResult, 1)
-	if in.SessionTimeout < c.cfg.Group.MinSessionTimeout || in.SessionTimeout > c.cfg.Group.MaxSessionTimeout {
+	if code := c.cfg.Group.CheckTimeouts(&in); code != group.ErrNone {
 		s.mu.Unlock()
-		ch <- group.JoinResult{Ref: in.Ref, Err: group.ErrInvalidSessionTimeout, MemberID: in.MemberID, Generation: -1}
+		ch <- group.JoinResult{Ref: in.Ref, Err: code, MemberID: in.MemberID, Generation: -1}
 		return ch, nil
-	}
-	if in.RebalanceTimeout <= 0 {
-		in.RebalanceTimeout = in.SessionTimeout // v0 has none; Kafka uses the session timeout
 	}
 	var res cgroup.ClassicJoinResult
 	err := c.classicInConsumer(s, func(g *consumerGroup) cgroup.Output {

@@ -80,6 +80,21 @@ func DefaultConfig() Config {
 	}
 }
 
+// CheckTimeouts is JoinGroup's check of its timeouts, for a classic group
+// and for a classic member of a consumer group alike: a session timeout
+// outside group.min/max.session.timeout.ms is INVALID_SESSION_TIMEOUT, and
+// a join without a rebalance timeout (v0) gets its session timeout, as on
+// Kafka.
+func (c Config) CheckTimeouts(in *JoinInput) Code {
+	if in.SessionTimeout < c.MinSessionTimeout || in.SessionTimeout > c.MaxSessionTimeout {
+		return ErrInvalidSessionTimeout
+	}
+	if in.RebalanceTimeout <= 0 {
+		in.RebalanceTimeout = in.SessionTimeout
+	}
+	return ErrNone
+}
+
 // WithDefaults fills what c leaves unset with Kafka's defaults (New does it).
 func (c Config) WithDefaults() Config {
 	d := DefaultConfig()

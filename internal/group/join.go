@@ -24,12 +24,10 @@ func (g *Group) join(in JoinInput) {
 	case g.id == "":
 		g.joinErr(in.Ref, in.MemberID, ErrInvalidGroupID)
 		return
-	case in.SessionTimeout < g.cfg.MinSessionTimeout || in.SessionTimeout > g.cfg.MaxSessionTimeout:
-		g.joinErr(in.Ref, in.MemberID, ErrInvalidSessionTimeout)
-		return
 	}
-	if in.RebalanceTimeout <= 0 {
-		in.RebalanceTimeout = in.SessionTimeout // v0 has none; Kafka uses the session timeout
+	if code := g.cfg.CheckTimeouts(&in); code != ErrNone {
+		g.joinErr(in.Ref, in.MemberID, code)
+		return
 	}
 	if in.InstanceID != nil && *in.InstanceID == "" {
 		in.InstanceID = nil
