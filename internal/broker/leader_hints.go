@@ -6,6 +6,15 @@ package broker
 // lists that leader's endpoint, so a client moves to it without a metadata
 // round trip. Kafka fills them from Fetch v12 / Produce v10 (endpoints from
 // Fetch v16); older versions do not carry the fields and get nothing.
+//
+// A broker that the metadata no longer lists (draining, or declared dead
+// while it still runs) gives no hint: the client then refreshes its
+// metadata, finds the broker gone and closes its connections to it. With a
+// hint it moves on without a refresh and keeps its idle connections to a
+// process about to exit; once the broker is back on its address and leads
+// again, a client that finds a dead connection only at its next use (franz-go
+// checks epochs with OffsetForLeaderEpoch on it, fails with EOF, and waits a
+// second) stalls on every partition that moved there.
 
 import (
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -46,9 +55,19 @@ func (b *Broker) endpoints(nodes map[int32]bool) []BrokerInfo {
 	return out
 }
 
+// listed reports whether the metadata this broker answers lists it.
+func (b *Broker) listed() bool {
+	for _, bi := range b.cfg.Cluster.Brokers() {
+		if bi.NodeID == b.cfg.ID {
+			return true
+		}
+	}
+	return false
+}
+
 // hintFetch fills CurrentLeader (v12+) and the leaders' endpoints (v16+).
 func (b *Broker) hintFetch(r *kmsg.FetchRequest, resp *kmsg.FetchResponse) {
-	if r.Version < 12 {
+	if r.Version < 12 || !b.listed() {
 		return
 	}
 	nodes := map[int32]bool{}
@@ -77,7 +96,7 @@ func (b *Broker) hintFetch(r *kmsg.FetchRequest, resp *kmsg.FetchResponse) {
 
 // hintProduce fills CurrentLeader and the leaders' endpoints (v10+).
 func (b *Broker) hintProduce(r *kmsg.ProduceRequest, resp *kmsg.ProduceResponse) {
-	if r.Version < 10 {
+	if r.Version < 10 || !b.listed() {
 		return
 	}
 	nodes := map[int32]bool{}

@@ -274,16 +274,22 @@ func (r *Runtime) Poke() {
 // The linger: the broker keeps answering until every broker acts on the
 // hand-off (Settled), so that FindCoordinator and Metadata at any broker
 // point past this one, and one poll more for requests already on their way.
-// Those get NOT_COORDINATOR or NOT_LEADER_OR_FOLLOWER naming the new leader
-// (KIP-951) instead of a refused connection, and clients move at once. The
-// linger is bounded by DeadAfter.
+// Those get NOT_COORDINATOR or NOT_LEADER_OR_FOLLOWER instead of a refused
+// connection. A broker the metadata no longer lists names no new leader in
+// those answers (KIP-951 hints; see the broker's leader_hints.go): clients
+// refresh their metadata, and one that refreshed from a broker still acting
+// on the older assignment asks here again after its retry backoff. So the
+// linger goes on RetryGrace past the moment every broker acts on the
+// hand-off, and one that asked again is sent on by fresh metadata, not left
+// with a refused connection and a metadata refresh that its client puts
+// off (franz-go: metadata min age, 5 s). The linger is bounded by DeadAfter.
 func (r *Runtime) Drain(ctx context.Context) error {
 	r.state.Store(StateDraining)
 	r.Poke()
 	r.log.Info("draining: handing partitions and groups to other brokers")
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
-	var handed time.Time
+	var handed, settled time.Time
 	for {
 		a := r.Current()
 		if a != nil && !a.IsAlive(r.cfg.ID) && !leadsAny(a, r.cfg.ID) {
@@ -291,8 +297,10 @@ func (r *Runtime) Drain(ctx context.Context) error {
 				handed = time.Now()
 				r.log.Info("draining: handed off; answering until every broker acts on it", "epoch", a.ControllerEpoch, "version", a.AssignmentVersion)
 			}
-			since := time.Since(handed)
-			if (since >= r.cfg.PollInterval && r.Settled(a)) || since >= r.cfg.DeadAfter {
+			if settled.IsZero() && time.Since(handed) >= r.cfg.PollInterval && r.Settled(a) {
+				settled = time.Now()
+			}
+			if (!settled.IsZero() && time.Since(settled) >= RetryGrace) || time.Since(handed) >= r.cfg.DeadAfter {
 				return nil
 			}
 		}
@@ -307,6 +315,13 @@ func (r *Runtime) Drain(ctx context.Context) error {
 		}
 	}
 }
+
+// RetryGrace is how long a drained broker goes on answering once every
+// broker acts on the hand-off: longer than the first retry backoff of the
+// common clients (100 ms in the Java client and librdkafka, 250 ms or
+// more in franz-go), so that a client whose metadata refresh was answered
+// from an older assignment is sent on from here once more.
+const RetryGrace = time.Second
 
 func othersAlive(a *Assignment, me string) bool {
 	for _, b := range a.Brokers {
