@@ -100,9 +100,16 @@ func TestGroupConfigsSetOnAnyBrokerReachTheCoordinator(t *testing.T) {
 		res := kmsg.NewDescribeConfigsRequestResource()
 		res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, g
 		req.Resources, req.IncludeSynonyms = append(req.Resources, res), true
-		resp, err := req.RequestWith(ctx, cl.Broker(int(node)))
-		if err != nil || len(resp.Resources) != 1 || resp.Resources[0].ErrorCode != 0 {
-			t.Fatalf("DescribeConfigs on %d: %v %+v", node, err, resp)
+		// The client may not have learned every broker yet ("unknown
+		// broker" right after the start: failed once).
+		var resp *kmsg.DescribeConfigsResponse
+		testutil.WaitFor(t, 10*time.Second, func() error {
+			var err error
+			resp, err = req.RequestWith(ctx, cl.Broker(int(node)))
+			return err
+		})
+		if len(resp.Resources) != 1 || resp.Resources[0].ErrorCode != 0 {
+			t.Fatalf("DescribeConfigs on %d: %+v", node, resp)
 		}
 		got := map[string]string{}
 		for _, rc := range resp.Resources[0].Configs {
