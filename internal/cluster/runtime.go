@@ -273,7 +273,7 @@ func (r *Runtime) Poke() {
 //
 // The linger: the broker keeps answering until every broker acts on the
 // hand-off (Settled), so that FindCoordinator and Metadata at any broker
-// point past this one, and one poll more for requests already on their way.
+// point past this one, and RetryGrace more for requests already on their way.
 // Those get NOT_COORDINATOR or NOT_LEADER_OR_FOLLOWER instead of a refused
 // connection. A broker the metadata no longer lists names no new leader in
 // those answers (KIP-951 hints; see the broker's leader_hints.go): clients
