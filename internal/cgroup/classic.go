@@ -153,7 +153,7 @@ func FromClassic(id string, cfg Config, now time.Time, im *Image, cg ClassicGrou
 		if sub.Rack != nil {
 			m.rackID = *sub.Rack
 		}
-		m.sessionDeadline = now.Add(cm.SessionTimeout)
+		g.setDeadline(&m.sessionDeadline, now.Add(cm.SessionTimeout))
 		g.members[m.id] = m
 		if m.instanceID != "" {
 			g.static[m.instanceID] = m.id
@@ -447,8 +447,8 @@ func (g *Group) ClassicJoin(now time.Time, im *Image, in ClassicJoinInput) (Clas
 	// A classic member is given no revocation deadline: it owes a
 	// SyncGroup now, and a JoinGroup whenever it is told to rejoin.
 	m.revokingDeadline = time.Time{}
-	m.sessionDeadline = now.Add(in.SessionTimeout)
-	m.classic.syncDeadline = now.Add(m.rebalanceTimeout)
+	g.setDeadline(&m.sessionDeadline, now.Add(in.SessionTimeout))
+	g.setDeadline(&m.classic.syncDeadline, now.Add(m.rebalanceTimeout))
 	out.Persist = true // its protocols and timeouts are durable
 	return ClassicJoinResult{MemberID: m.id, Generation: m.epoch, ProtocolType: ConsumerProtocolType, ProtocolName: in.Protocols[0].Name}, out
 }
@@ -489,9 +489,9 @@ func (g *Group) mustRejoin(m *member) bool {
 
 // rebalanceInProgress tells a classic member to rejoin, giving it its
 // rebalance timeout to do so (once: a later heartbeat does not extend it).
-func (m *member) rebalanceInProgress(now time.Time) Code {
+func (g *Group) rebalanceInProgress(m *member, now time.Time) Code {
 	if m.classic.joinDeadline.IsZero() {
-		m.classic.joinDeadline = now.Add(m.rebalanceTimeout)
+		g.setDeadline(&m.classic.joinDeadline, now.Add(m.rebalanceTimeout))
 	}
 	return ErrRebalanceInProgress
 }
@@ -528,10 +528,10 @@ func (g *Group) ClassicSync(now time.Time, im *Image, in ClassicSyncInput) (Clas
 		in.ProtocolName != nil && *in.ProtocolName != m.classic.protocols[0].Name:
 		return ClassicSyncResult{Err: ErrInconsistentGroupProto}, out
 	}
-	m.sessionDeadline = now.Add(m.classic.sessionTimeout)
+	g.setDeadline(&m.sessionDeadline, now.Add(m.classic.sessionTimeout))
 	if g.epoch > m.epoch && m.state != UnrevokedPartitions {
 		m.classic.syncDeadline = time.Time{}
-		return ClassicSyncResult{Err: m.rebalanceInProgress(now)}, out
+		return ClassicSyncResult{Err: g.rebalanceInProgress(m, now)}, out
 	}
 	m.classic.syncDeadline = time.Time{}
 	return ClassicSyncResult{ProtocolType: ConsumerProtocolType, ProtocolName: m.classic.protocols[0].Name,
@@ -549,9 +549,9 @@ func (g *Group) ClassicHeartbeat(now time.Time, memberID string, instanceID *str
 	case generation != m.epoch:
 		return ErrIllegalGeneration, out
 	}
-	m.sessionDeadline = now.Add(m.classic.sessionTimeout)
+	g.setDeadline(&m.sessionDeadline, now.Add(m.classic.sessionTimeout))
 	if g.mustRejoin(m) {
-		return m.rebalanceInProgress(now), out
+		return g.rebalanceInProgress(m, now), out
 	}
 	return ErrNone, out
 }

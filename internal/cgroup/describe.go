@@ -278,9 +278,9 @@ func (g *Group) Restore(now time.Time, s Snapshot) error {
 		}
 		if len(ms.Revoking) > 0 {
 			m.revoking = flat(ms.Revoking)
-			m.revokingDeadline = now.Add(m.rebalanceTimeout)
+			g.setDeadline(&m.revokingDeadline, now.Add(m.rebalanceTimeout))
 		}
-		m.sessionDeadline = now.Add(g.cfg.SessionTimeout)
+		g.setDeadline(&m.sessionDeadline, now.Add(g.cfg.SessionTimeout))
 		if c := ms.Classic; c != nil {
 			if len(c.Protocols) == 0 {
 				return errRestore("classic member " + ms.ID + " without protocols")
@@ -289,12 +289,12 @@ func (g *Group) Restore(now time.Time, s Snapshot) error {
 			for _, p := range c.Protocols {
 				m.classic.protocols = append(m.classic.protocols, Protocol{Name: p.Name, Metadata: p.Metadata})
 			}
-			m.sessionDeadline = now.Add(m.classic.sessionTimeout)
+			g.setDeadline(&m.sessionDeadline, now.Add(m.classic.sessionTimeout))
 			// A revocation is a rejoin it owes: it gets its rebalance
 			// timeout again, as a consumer member does.
 			m.revokingDeadline = time.Time{}
 			if m.state == UnrevokedPartitions {
-				m.classic.joinDeadline = now.Add(m.rebalanceTimeout)
+				g.setDeadline(&m.classic.joinDeadline, now.Add(m.rebalanceTimeout))
 			}
 		}
 		if m.instanceID != "" {

@@ -61,8 +61,7 @@ type member struct {
 
 // deadlines are the member's session and revocation deadlines, and for a
 // classic member the JoinGroup and SyncGroup it owes (zero: none). An
-// array, not a slice: NextDeadline runs after every input, over every
-// member.
+// array, not a slice: NextDeadline runs over every member.
 func (m *member) deadlines() [3]time.Time {
 	if m.classic != nil {
 		return [3]time.Time{m.sessionDeadline, m.classic.joinDeadline, m.classic.syncDeadline}
@@ -92,6 +91,10 @@ type Group struct {
 	// makes a new one when a topic changes).
 	hashImage uint64
 	hashEpoch int32
+	// soonest is the earliest deadline set since SoonestSet last ran (zero:
+	// none), so that a shell whose timer is armed no later than it need
+	// not scan every member (NextDeadline) after each heartbeat.
+	soonest time.Time
 }
 
 // New returns an empty group at epoch 0.
@@ -171,6 +174,28 @@ type Event struct {
 
 func (o *Output) event(what, member string, epoch int32, why string) {
 	o.Events = append(o.Events, Event{What: what, Member: member, Epoch: epoch, Why: why})
+}
+
+// setDeadline sets one of a member's deadlines to t (every deadline set
+// goes through it; clearing one needs not) and keeps soonest.
+func (g *Group) setDeadline(d *time.Time, t time.Time) {
+	*d = t
+	if g.soonest.IsZero() || t.Before(g.soonest) {
+		g.soonest = t
+	}
+}
+
+// SoonestSet returns the earliest deadline set since the last call (zero
+// when none) and forgets it. Deadlines only move by being set, so a timer
+// armed for the NextDeadline of an earlier moment fires no later than
+// every deadline when it is no later than SoonestSet: the shell re-arms it
+// only when that is earlier, and scans again (NextDeadline) when it fires.
+// A heartbeat, which moves its member's session deadline later, then costs
+// no scan over the members.
+func (g *Group) SoonestSet() time.Time {
+	t := g.soonest
+	g.soonest = time.Time{}
+	return t
 }
 
 // NextDeadline is the earliest session or revocation deadline (zero when
@@ -414,7 +439,7 @@ func (g *Group) nextAssignment(m *member, owned map[TP]struct{}, now time.Time, 
 			m.prevEpoch, m.epoch = m.epoch, epoch
 		}
 		// Each revocation gets the member's whole rebalance timeout.
-		m.revokingDeadline = now.Add(m.rebalanceTimeout)
+		g.setDeadline(&m.revokingDeadline, now.Add(m.rebalanceTimeout))
 		return true
 	}
 	if len(revoke) > 0 {

@@ -123,7 +123,7 @@ func (g *Group) Heartbeat(now time.Time, im *Image, in HeartbeatInput) (Heartbea
 	if g.reconcile(m, owned, now) {
 		out.Persist = true
 	}
-	m.sessionDeadline = now.Add(g.cfg.SessionTimeout)
+	g.setDeadline(&m.sessionDeadline, now.Add(g.cfg.SessionTimeout))
 	res = HeartbeatResult{MemberID: m.id, MemberEpoch: m.epoch, HeartbeatIntervalMs: int32(g.cfg.HeartbeatInterval / time.Millisecond)}
 	full := in.RebalanceTimeoutMs != -1 && (in.SubscribedTopicNames != nil || in.SubscribedTopicRegex != nil) && in.OwnedSent
 	if in.MemberEpoch == JoinEpoch || full || !maps.Equal(before, m.assigned) {
@@ -189,7 +189,7 @@ func (g *Group) memberFor(now time.Time, in HeartbeatInput, out *Output) (*membe
 			// A classic member switching to the consumer protocol.
 			old.classic = nil
 			if old.state == UnrevokedPartitions {
-				old.revokingDeadline = now.Add(old.rebalanceTimeout)
+				g.setDeadline(&old.revokingDeadline, now.Add(old.rebalanceTimeout))
 			}
 			out.Persist = true
 		}
@@ -293,7 +293,7 @@ func (g *Group) leave(now time.Time, im *Image, in HeartbeatInput) (HeartbeatRes
 	if in.MemberEpoch == StaticLeaveEpoch {
 		m.prevEpoch, m.epoch = m.epoch, StaticLeaveEpoch
 		m.revoking, m.revokingDeadline, m.state = nil, time.Time{}, Stable
-		m.sessionDeadline = now.Add(g.cfg.SessionTimeout)
+		g.setDeadline(&m.sessionDeadline, now.Add(g.cfg.SessionTimeout))
 		out.Persist = true
 		out.event("member left", m.id, StaticLeaveEpoch, "static member left for now")
 	} else {

@@ -30,7 +30,9 @@ func (c *client) ownedList() []TopicPartitions { return grouped(c.owned) }
 // session expiries, topics growing and coordinator moves (snapshot, then
 // restore in a new group), and checks after every input: no partition is
 // owned by two clients (by what each was told) nor by two members on the
-// coordinator; member epochs and the group epoch never go back; and once
+// coordinator; member epochs and the group epoch never go back; a timer
+// kept as the shell keeps it (re-armed only when SoonestSet is earlier)
+// never fires after a deadline; and once
 // the clients just heartbeat for a while, every subscribed partition is
 // assigned and the group is Stable.
 func TestRandomSequencesKeepTheInvariants(t *testing.T) {
@@ -71,9 +73,16 @@ func randomRun(t *testing.T, seed uint64) {
 	quiet := false
 	lastGroupEpoch := int32(0)
 	memberEpochs := map[string]int32{}
+	var armed time.Time // the shell's timer (zero: none armed)
 	check := func(step string) {
 		t.Helper()
 		f.checkDisjoint()
+		if soonest := f.g.SoonestSet(); armed.IsZero() || (!soonest.IsZero() && soonest.Before(armed)) {
+			armed = f.g.NextDeadline()
+		}
+		if next := f.g.NextDeadline(); !next.IsZero() && (armed.IsZero() || armed.After(next)) {
+			t.Fatalf("%s: timer armed for %v, after the next deadline %v", step, armed, next)
+		}
 		seen := map[TP]string{}
 		for _, c := range clients {
 			for tp := range c.owned {
@@ -163,6 +172,7 @@ func randomRun(t *testing.T, seed uint64) {
 		case r < 82:
 			what = "expire"
 			f.now = f.now.Add(time.Duration(rng.IntN(50)) * time.Second)
+			armed = time.Time{} // it fired
 			f.g.Expire(f.now, f.im)
 			for _, c := range clients {
 				if m := f.g.members[c.id]; c.in && m == nil {
@@ -192,7 +202,7 @@ func randomRun(t *testing.T, seed uint64) {
 			if got := g2.Snapshot(); !sameSnapshot(got, snap) {
 				t.Fatalf("step %d: snapshot after restore differs:\n%+v\n%+v", step, got, snap)
 			}
-			f.g = g2
+			f.g, armed = g2, time.Time{} // a new shell, no timer yet
 		}
 		check(fmt.Sprintf("step %d (%s)", step, what))
 	}

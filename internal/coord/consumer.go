@@ -26,13 +26,14 @@ type consumerGroup struct {
 	core  *cgroup.Group
 	timer *time.Timer
 	at    time.Time // the deadline timer is armed for
-	// barrier is closed once the last write queued for the group has
-	// landed or failed and its outcome is recorded; nil when none is in
-	// flight. Every answer waits behind the writes queued before it, so no
-	// client learns a state that is not durable. barrierWrite is the
-	// write it waits for: answers that join that write share the barrier.
-	barrier      chan struct{}
-	barrierWrite *snapshotWrite
+	// inflight is the snapshot write taken and being written (nil: none);
+	// pending the next one, scheduled behind it and not yet taken: a
+	// change made meanwhile joins it (apply), and it is taken once inflight
+	// is done (finish). So at most one write of the group is under way,
+	// snapshots land in order, and a burst of changes is one write, not
+	// one each. Every answer waits for the last of them (apply), so no
+	// client learns a state that is not durable.
+	inflight, pending *snapshotWrite
 	// broken: a write failed, so the state in memory may be ahead of the
 	// file. Nothing more is answered from it; once the writes in flight are
 	// done it is dropped and the next request loads the file (never
@@ -45,12 +46,6 @@ type consumerGroup struct {
 	failed atomic.Bool
 	// seenEpoch is the last group epoch counted in the metrics.
 	seenEpoch int32
-	// pending is the snapshot write scheduled and not yet taken: a change
-	// joins it instead of writing its own (apply).
-	pending *snapshotWrite
-	// queued is closed once the last snapshot taken has reached the store's
-	// queue: the next one waits for it, so snapshots land in order.
-	queued <-chan struct{}
 	// downgradeDue: the last consumer-protocol member went; the group
 	// becomes a classic one once the writes in flight have landed
 	// (maybeDowngrade).
@@ -108,10 +103,13 @@ func (c *Coordinator) restoreConsumer(s *shell, mem *offsets.Membership) {
 	c.log.Info("consumer group loaded", "group", s.id, "epoch", cg.core.Epoch(), "members", cg.core.Members(), "state", cg.core.State())
 }
 
-// apply performs an Output: log its events, queue the snapshot when it
+// apply performs an Output: log its events, schedule the snapshot when it
 // changed (and what retention needs), and re-arm the deadline timer. It
-// returns the durable write that will carry it, nil when none is needed.
-func (g *consumerGroup) apply(out cgroup.Output) *snapshotWrite {
+// returns the write the answer waits for (nil: none): the one carrying
+// the change, else the last one under way, whose state the answer may
+// show. run: the write was taken here (none was under way), and the caller
+// performs it (g.perform) once it has released the lock.
+func (g *consumerGroup) apply(out cgroup.Output) (w *snapshotWrite, run bool) {
 	for _, ev := range out.Events {
 		g.c.log.Info("consumer group: "+ev.What, "group", g.s.id, "member", ev.Member, "epoch", ev.Epoch, "why", ev.Why)
 	}
@@ -123,17 +121,27 @@ func (g *consumerGroup) apply(out cgroup.Output) *snapshotWrite {
 		g.seenEpoch = e
 		g.c.cfg.Metrics.Generation("consumer")
 	}
-	if !out.Persist {
-		return nil
+	switch {
+	case !out.Persist:
+		return g.last(), false
+	case g.pending != nil:
+		return g.pending, false
 	}
-	p := g.pending
-	if p == nil {
-		p = &snapshotWrite{done: make(chan struct{})}
+	p := &snapshotWrite{done: make(chan struct{})}
+	if g.inflight != nil {
 		g.pending = p
-		g.c.bg.Add(1)
-		go g.write(p)
+		return p, false
 	}
-	return p
+	g.take(p)
+	return p, true
+}
+
+// last is the last write scheduled (nil: none under way).
+func (g *consumerGroup) last() *snapshotWrite {
+	if g.pending != nil {
+		return g.pending
+	}
+	return g.inflight
 }
 
 // snapshotWrite is one durable write of a group's snapshot, shared by every
@@ -143,64 +151,87 @@ func (g *consumerGroup) apply(out cgroup.Output) *snapshotWrite {
 type snapshotWrite struct {
 	done chan struct{} // closed once the write landed or failed
 	err  error         // its outcome, once done is closed
+	// Taken under the group's lock (take), for perform.
+	snap  cgroup.Snapshot
+	epoch int32
+	own   offsets.Owner
 }
 
-// write takes the group's snapshot as it is once this goroutine holds the
-// lock, which includes every change made before p was scheduled and those
-// made while it waited, queues it, and reports the write's outcome to all
-// that wait on p. A group dropped meanwhile (moved away, deleted, or a
-// failed write) writes nothing: its waiters get the reason.
-func (g *consumerGroup) write(p *snapshotWrite) {
+// take makes p the write under way with the group's snapshot as it is now,
+// which holds every change made before. Called with s.mu held and no write
+// under way; perform writes it.
+func (g *consumerGroup) take(p *snapshotWrite) {
+	g.noteRetention()
+	g.c.hook("membership", g.s.id)
+	p.snap, p.epoch, p.own = g.core.Snapshot(), g.core.Epoch(), g.c.owner(g.s.id)
+	g.inflight = p
+	g.c.bg.Add(1) // until finish
+}
+
+// perform writes p, taken, and reports its outcome (finish). Called
+// without the lock; the snapshot is encoded here, as every heartbeat of
+// the group waits for the lock. The write waits with context.Background:
+// it is never withdrawn, whatever becomes of the request that made it.
+func (g *consumerGroup) perform(p *snapshotWrite) {
+	data, err := json.Marshal(p.snap)
+	if err == nil {
+		mem := &offsets.Membership{ProtocolType: "consumer", Generation: p.epoch, Consumer: data}
+		err = g.c.store.WriteMembership(context.Background(), g.s.id, p.own, mem)
+	}
+	g.finish(p, err)
+}
+
+// finish records p's outcome, then takes the write scheduled behind it and
+// starts it. A failed write breaks the group (what is in memory may be
+// ahead of the file): the writes behind fail alike, and once none is under
+// way the group is dropped and the next request loads the file. A group
+// dropped meanwhile (moved away, deleted) writes nothing more: the waiters
+// of the scheduled write are told NOT_COORDINATOR.
+func (g *consumerGroup) finish(p *snapshotWrite, err error) {
 	defer g.c.bg.Done()
 	s := g.s
-	s.mu.Lock()
-	if g.pending == p {
-		g.pending = nil // later changes schedule the next write
+	p.err = err
+	if err == nil {
+		// The answers go out before the bookkeeping below: under a burst
+		// of heartbeats the group's lock is contended, and the write is
+		// durable already.
+		close(p.done)
 	}
-	var (
-		fail     error
-		snap     cgroup.Snapshot
-		epoch    int32
-		own      offsets.Owner
-		queued   chan struct{}
-		previous <-chan struct{}
-	)
-	switch {
-	case g.broken:
-		fail = g.brokenErr
-	case s.consumer != g || s.gone:
-		fail = ErrNotCoordinator
-	default:
-		g.noteRetention()
-		g.c.hook("membership", s.id)
-		snap, epoch, own = g.core.Snapshot(), g.core.Epoch(), g.c.owner(s.id)
-		// The snapshot is encoded outside the lock (a hundred members'
-		// assignments take a while, and every heartbeat of the group waits
-		// for the lock); writes still reach the store in snapshot order.
-		queued, previous = make(chan struct{}), g.queued
-		g.queued = queued
+	s.mu.Lock()
+	if err != nil && !g.broken {
+		g.broken, g.brokenErr = true, storeErr(s.id, err)
+		g.failed.Store(true)
+		g.c.log.Warn("consumer group state not recorded; reloading it from the volume once the writes in flight are done", "group", s.id, "err", err)
+	}
+	g.inflight = nil
+	next := g.pending
+	g.pending = nil
+	if next != nil {
+		switch {
+		case g.broken:
+			next.err = g.brokenErr
+		case s.consumer != g || s.gone:
+			next.err = ErrNotCoordinator
+		default:
+			g.take(next)
+			go g.perform(next)
+		}
+		if g.inflight == nil {
+			close(next.done)
+		}
+	}
+	if g.inflight == nil {
+		if g.broken && s.consumer == g && !s.gone {
+			g.stop()
+			s.consumer, s.loaded = nil, false
+		} else if g.downgradeDue {
+			g.maybeDowngrade()
+		}
 	}
 	s.mu.Unlock()
-	if fail != nil {
-		p.err = fail
-		close(p.done)
-		return
+	if err != nil {
+		close(p.done) // after g.failed is set: the waiters read it
 	}
-	data, err := json.Marshal(snap)
-	if previous != nil {
-		<-previous
-	}
-	var wait func(context.Context) error
-	if err == nil {
-		mem := &offsets.Membership{ProtocolType: "consumer", Generation: epoch, Consumer: data}
-		wait, err = g.c.store.SetMembership(s.id, own, mem)
-	}
-	close(queued)
-	if err == nil {
-		err = wait(context.Background())
-	}
-	p.err = err
-	close(p.done)
 }
 
 // noteRetention records the protocol type, when the group became Empty and
@@ -231,8 +262,15 @@ func (g *consumerGroup) noteRetention() {
 	s.info, s.infoSet, s.infoEmpty = info, true, empty
 }
 
-// rearm keeps the timer on the core's next deadline.
+// rearm keeps the timer no later than the core's next deadline: armed
+// already no later than every deadline set since, it stays (an early
+// firing expires nothing and re-arms on a fresh scan); otherwise it is
+// armed for the next deadline.
 func (g *consumerGroup) rearm() {
+	soonest := g.core.SoonestSet()
+	if g.timer != nil && (soonest.IsZero() || !soonest.Before(g.at)) {
+		return
+	}
 	next := g.core.NextDeadline()
 	if next.Equal(g.at) && (g.timer != nil || next.IsZero()) {
 		return
@@ -252,62 +290,16 @@ func (g *consumerGroup) rearm() {
 func (g *consumerGroup) fire() {
 	s := g.s
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.gone || s.consumer != g || g.broken || g.c.closed.Load() {
+		s.mu.Unlock()
 		return
 	}
 	g.timer, g.at = nil, time.Time{}
-	g.queue(g.apply(g.core.Expire(g.c.cfg.Now(), g.c.image())))
-}
-
-// queue chains a write (nil: none, only the wait for earlier ones) after
-// the writes in flight and returns the channel closed once it and every
-// earlier one is done. A write is never withdrawn (it waits with
-// context.Background, whatever becomes of the request that asked for it).
-// Called with s.mu held.
-func (g *consumerGroup) queue(p *snapshotWrite) <-chan struct{} {
-	if p == nil || p == g.barrierWrite {
-		// Nothing of its own to wait for, or the write already last in
-		// line: the answer waits for what is queued.
-		return g.barrier
+	w, run := g.apply(g.core.Expire(g.c.cfg.Now(), g.c.image()))
+	s.mu.Unlock()
+	if run {
+		g.perform(w)
 	}
-	prev := g.barrier
-	done := make(chan struct{})
-	g.barrier, g.barrierWrite = done, p
-	g.c.bg.Add(1)
-	go func() {
-		defer g.c.bg.Done()
-		if prev != nil {
-			<-prev
-		}
-		<-p.done
-		s := g.s
-		if err := p.err; err != nil {
-			s.mu.Lock()
-			if !g.broken {
-				g.broken, g.brokenErr = true, storeErr(s.id, err)
-				g.failed.Store(true)
-				g.c.log.Warn("consumer group state not recorded; reloading it from the volume once the writes in flight are done", "group", s.id, "err", err)
-			}
-			s.mu.Unlock()
-		}
-		// The answers go out before the bookkeeping below: under a burst
-		// of heartbeats the group's lock is contended, and the write is
-		// durable (or g.failed says why not) already.
-		close(done)
-		s.mu.Lock()
-		if g.barrier == done {
-			g.barrier, g.barrierWrite = nil, nil
-			if g.broken && s.consumer == g && !s.gone {
-				g.stop()
-				s.consumer, s.loaded = nil, false
-			} else if g.downgradeDue {
-				g.maybeDowngrade()
-			}
-		}
-		s.mu.Unlock()
-	}()
-	return done
 }
 
 func (g *consumerGroup) stop() {
@@ -383,13 +375,16 @@ func (c *Coordinator) ConsumerHeartbeat(ctx context.Context, groupID string, in 
 		s.dropClassic() // an Empty classic group becomes a consumer group
 		s.consumer = g
 	}
-	done := g.queue(g.apply(out))
+	w, run := g.apply(out)
 	s.mu.Unlock()
-	if done == nil {
+	if w == nil {
 		return res, nil
 	}
+	if run {
+		g.perform(w)
+	}
 	select {
-	case <-done:
+	case <-w.done:
 	case <-ctx.Done():
 		return cgroup.HeartbeatResult{}, ctx.Err() // the write goes on; nobody is waiting for this answer
 	}

@@ -97,11 +97,12 @@ func TestConsumerGroupMovesWithItsEpochs(t *testing.T) {
 	}
 }
 
-// TestConsumerChangesShareOneSnapshotWrite: changes made while a snapshot
-// write is scheduled and not yet taken join it (one write, both answers
-// wait for it), and what lands holds the last of them; a group moved away
-// before the write is taken writes nothing and its waiters are told
-// NOT_COORDINATOR.
+// TestConsumerChangesShareOneSnapshotWrite: a change made while no write is
+// under way is taken at once and written by its own request; changes made
+// while that write is under way join the one scheduled behind it (one more
+// write, both answers wait for it), and what lands holds the last of them;
+// a group moved away before the scheduled write is taken writes nothing
+// more and its waiters are told NOT_COORDINATOR.
 func TestConsumerChangesShareOneSnapshotWrite(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
@@ -117,47 +118,66 @@ func TestConsumerChangesShareOneSnapshotWrite(t *testing.T) {
 	s := a.groups[g]
 	a.mu.Unlock()
 
-	// Two joins under one hold of the lock: the write goroutine cannot take
-	// the snapshot before both are in.
+	// Three joins under one hold of the lock: the first is taken at once,
+	// the two others wait behind it in one write.
 	s.mu.Lock()
 	cg := s.consumer
-	var waits []*snapshotWrite
-	for _, id := range []string{"m2", "m3"} {
+	var (
+		first *snapshotWrite
+		waits []*snapshotWrite
+	)
+	for i, id := range []string{"m2", "m3", "m4"} {
 		_, out := cg.core.Heartbeat(a.cfg.Now(), a.image(), consumerJoin(id))
-		waits = append(waits, cg.apply(out))
+		w, run := cg.apply(out)
+		if w == nil || run != (i == 0) {
+			t.Fatalf("join %s: write %v, run %v; want a write, run only by the first", id, w != nil, run)
+		}
+		if i == 0 {
+			first = w
+		} else {
+			waits = append(waits, w)
+		}
 	}
 	s.mu.Unlock()
-	for _, w := range waits {
-		if w == nil {
-			t.Fatal("a join queued no durable write")
-		}
+	if waits[0] != waits[1] || waits[0] == first {
+		t.Fatal("the joins made while a write was under way do not share the next write")
+	}
+	cg.perform(first)
+	for _, w := range append(waits, first) {
 		if <-w.done; w.err != nil {
 			t.Fatalf("a join's durable write failed: %v", w.err)
 		}
 	}
-	if n := writes.Load(); n != 1 {
-		t.Fatalf("%d snapshot writes for two changes made before the first was taken, want 1", n)
+	if n := writes.Load(); n != 2 {
+		t.Fatalf("%d snapshot writes for three changes, the last two made while the first was under way; want 2", n)
 	}
 	mem, _, err := a.store.GroupState(g, a.owner(g))
 	if err != nil || mem == nil {
 		t.Fatal(err)
 	}
 	var snap cgroup.Snapshot
-	if err := json.Unmarshal(mem.Consumer, &snap); err != nil || len(snap.Members) != 3 {
-		t.Fatalf("the file holds %d members (%v), want the 3 of the last change", len(snap.Members), err)
+	if err := json.Unmarshal(mem.Consumer, &snap); err != nil || len(snap.Members) != 4 {
+		t.Fatalf("the file holds %d members (%v), want the 4 of the last change", len(snap.Members), err)
 	}
 
-	// A change, then the group moves away before its write is taken.
+	// A change under way, another behind it, then the group moves away
+	// before the second is taken.
 	writes.Store(0)
 	s.mu.Lock()
-	_, out := cg.core.Heartbeat(a.cfg.Now(), a.image(), consumerJoin("m4"))
-	w := cg.apply(out)
+	_, out := cg.core.Heartbeat(a.cfg.Now(), a.image(), consumerJoin("m5"))
+	w5, run := cg.apply(out)
+	_, out = cg.core.Heartbeat(a.cfg.Now(), a.image(), consumerJoin("m6"))
+	w6, _ := cg.apply(out)
 	s.unload()
 	s.mu.Unlock()
-	if <-w.done; !errors.Is(w.err, ErrNotCoordinator) {
-		t.Fatalf("the wait of a change whose group moved away: %v, want NOT_COORDINATOR", w.err)
+	if !run {
+		t.Fatal("a change made with no write under way was not taken at once")
 	}
-	if n := writes.Load(); n != 0 {
-		t.Fatalf("%d snapshot writes after the group was unloaded", n)
+	cg.perform(w5)
+	if <-w6.done; !errors.Is(w6.err, ErrNotCoordinator) {
+		t.Fatalf("the wait of a change whose group moved away: %v, want NOT_COORDINATOR", w6.err)
+	}
+	if n := writes.Load(); n != 1 {
+		t.Fatalf("%d snapshot writes after the group was unloaded, want only the one taken before", n)
 	}
 }

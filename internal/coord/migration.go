@@ -137,16 +137,19 @@ func (c *Coordinator) classicInConsumer(s *shell, f func(g *consumerGroup) cgrou
 		s.mu.Unlock()
 		return err
 	}
-	done := g.queue(g.apply(f(g)))
+	w, run := g.apply(f(g))
 	s.mu.Unlock()
-	if done == nil {
+	if w == nil {
 		send()
 		return nil
 	}
 	c.bg.Add(1)
 	go func() {
 		defer c.bg.Done()
-		<-done
+		if run {
+			g.perform(w)
+		}
+		<-w.done
 		if g.failed.Load() {
 			s.mu.Lock()
 			err := g.brokenErr

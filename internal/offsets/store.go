@@ -396,6 +396,18 @@ func (s *Store) SetMembership(group string, own Owner, m *Membership) (wait func
 	return s.enqueue(group, &request{kind: opSetMembership, own: own, membership: cloneMembership(m)})
 }
 
+// WriteMembership is SetMembership waited for: it returns once the write is
+// durable (or failed). When no write of the group is under way the caller's
+// goroutine writes it (see submit), so an answer that waits for it costs no
+// hand-off to another goroutine. m is kept as the group's membership: the
+// caller must not change it afterwards.
+func (s *Store) WriteMembership(ctx context.Context, group string, own Owner, m *Membership) error {
+	if err := validGroup(group); err != nil {
+		return err
+	}
+	return s.submit(ctx, group, &request{kind: opSetMembership, own: own, membership: m})
+}
+
 // GroupState returns the group's stored membership (nil: none, or a
 // damaged section, which is ignored) and Retention, as they are on disk now
 // (see Load).
