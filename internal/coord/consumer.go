@@ -6,7 +6,6 @@ import (
 	"errors"
 	"slices"
 	"sort"
-	"sync/atomic"
 	"time"
 
 	"github.com/kaas-dev/kaas/internal/cgroup"
@@ -41,9 +40,6 @@ type consumerGroup struct {
 	// the failure (a lost ownership answers NOT_COORDINATOR).
 	broken    bool
 	brokenErr error
-	// failed is broken, readable without the lock by the answers waiting
-	// on a barrier (set with it, under the lock, before the barrier closes).
-	failed atomic.Bool
 	// seenEpoch is the last group epoch counted in the metrics.
 	seenEpoch int32
 	// downgradeDue: the last consumer-protocol member went; the group
@@ -150,7 +146,11 @@ func (g *consumerGroup) last() *snapshotWrite {
 // one write, not one each.
 type snapshotWrite struct {
 	done chan struct{} // closed once the write landed or failed
-	err  error         // its outcome, once done is closed
+	// err is its outcome, once done is closed (as answered: NOT_COORDINATOR
+	// when the group moved away or its ownership was lost). A write fails
+	// when one before it failed: an answer judges by the write it waited
+	// for alone.
+	err error
 	// Taken under the group's lock (take), for perform.
 	snap  cgroup.Snapshot
 	epoch int32
@@ -190,7 +190,7 @@ func (g *consumerGroup) perform(p *snapshotWrite) {
 func (g *consumerGroup) finish(p *snapshotWrite, err error) {
 	defer g.c.bg.Done()
 	s := g.s
-	p.err = err
+	p.err = storeErr(s.id, err)
 	if err == nil {
 		// The answers go out before the bookkeeping below: under a burst
 		// of heartbeats the group's lock is contended, and the write is
@@ -199,8 +199,7 @@ func (g *consumerGroup) finish(p *snapshotWrite, err error) {
 	}
 	s.mu.Lock()
 	if err != nil && !g.broken {
-		g.broken, g.brokenErr = true, storeErr(s.id, err)
-		g.failed.Store(true)
+		g.broken, g.brokenErr = true, p.err
 		g.c.log.Warn("consumer group state not recorded; reloading it from the volume once the writes in flight are done", "group", s.id, "err", err)
 	}
 	g.inflight = nil
@@ -230,7 +229,7 @@ func (g *consumerGroup) finish(p *snapshotWrite, err error) {
 	}
 	s.mu.Unlock()
 	if err != nil {
-		close(p.done) // after g.failed is set: the waiters read it
+		close(p.done) // after the group is marked broken
 	}
 }
 
@@ -388,11 +387,8 @@ func (c *Coordinator) ConsumerHeartbeat(ctx context.Context, groupID string, in 
 	case <-ctx.Done():
 		return cgroup.HeartbeatResult{}, ctx.Err() // the write goes on; nobody is waiting for this answer
 	}
-	if g.failed.Load() {
-		s.mu.Lock()
-		err := g.brokenErr
-		s.mu.Unlock()
-		return cgroup.HeartbeatResult{}, err
+	if w.err != nil {
+		return cgroup.HeartbeatResult{}, w.err
 	}
 	return res, nil
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/kaas-dev/kaas/internal/cgroup"
 	"github.com/kaas-dev/kaas/internal/offsets"
+	"github.com/kaas-dev/kaas/internal/testutil"
 )
 
 func consumerImage() *cgroup.Image {
@@ -117,6 +120,7 @@ func TestConsumerChangesShareOneSnapshotWrite(t *testing.T) {
 	a.mu.Lock()
 	s := a.groups[g]
 	a.mu.Unlock()
+	waitNoWrite(t, s)
 
 	// Three joins under one hold of the lock: the first is taken at once,
 	// the two others wait behind it in one write.
@@ -161,7 +165,9 @@ func TestConsumerChangesShareOneSnapshotWrite(t *testing.T) {
 	}
 
 	// A change under way, another behind it, then the group moves away
-	// before the second is taken.
+	// before the second is taken. (An answer goes out before its write's
+	// bookkeeping: wait until none is under way.)
+	waitNoWrite(t, s)
 	writes.Store(0)
 	s.mu.Lock()
 	_, out := cg.core.Heartbeat(a.cfg.Now(), a.image(), consumerJoin("m5"))
@@ -180,4 +186,69 @@ func TestConsumerChangesShareOneSnapshotWrite(t *testing.T) {
 	if n := writes.Load(); n != 1 {
 		t.Fatalf("%d snapshot writes after the group was unloaded, want only the one taken before", n)
 	}
+}
+
+// TestConsumerHeartbeatWhoseWriteWasDroppedIsNotAnswered: a heartbeat whose
+// change waits in the write scheduled behind one under way, when the group
+// moves away before that write is taken, is answered NOT_COORDINATOR, not
+// with the state that was never written (the first cut of the
+// one-write-under-way rule answered it as if written).
+func TestConsumerHeartbeatWhoseWriteWasDroppedIsNotAnswered(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	g := "dropped-848"
+	a := newOwner(t, dir, "kaas-0", assignment(1, 2, nil, map[string]string{g: "kaas-0"}))
+	a.SetTopics(consumerImage)
+	if res, err := a.ConsumerHeartbeat(ctx, g, consumerJoin("m1")); err != nil || res.Err != cgroup.ErrNone {
+		t.Fatal(err, res.Err)
+	}
+	a.mu.Lock()
+	s := a.groups[g]
+	a.mu.Unlock()
+	waitNoWrite(t, s)
+	s.mu.Lock()
+	cg := s.consumer
+	_, out := cg.core.Heartbeat(a.cfg.Now(), a.image(), consumerJoin("m2"))
+	first, run := cg.apply(out) // under way, performed below
+	s.mu.Unlock()
+	if !run {
+		t.Fatal("a change made with no write under way was not taken at once")
+	}
+	answered := make(chan error, 1)
+	go func() {
+		res, err := a.ConsumerHeartbeat(ctx, g, consumerJoin("m3"))
+		if err == nil && res.Err != cgroup.ErrNone {
+			err = fmt.Errorf("refused: %v", res.Err)
+		}
+		answered <- err
+	}()
+	testutil.WaitFor(t, 5*time.Second, func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if cg.pending == nil {
+			return errors.New("the join does not wait behind the write under way yet")
+		}
+		return nil
+	})
+	s.mu.Lock()
+	s.unload()
+	s.mu.Unlock()
+	cg.perform(first)
+	if err := <-answered; !errors.Is(err, ErrNotCoordinator) {
+		t.Fatalf("the join whose write was dropped was answered %v, want NOT_COORDINATOR", err)
+	}
+}
+
+// waitNoWrite waits until no snapshot write of the group is under way (an
+// answer goes out before its write's bookkeeping is done).
+func waitNoWrite(t *testing.T, s *shell) {
+	t.Helper()
+	testutil.WaitFor(t, 5*time.Second, func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.consumer != nil && s.consumer.inflight != nil {
+			return errors.New("a snapshot write is still under way")
+		}
+		return nil
+	})
 }

@@ -149,12 +149,8 @@ func (c *Coordinator) classicInConsumer(s *shell, f func(g *consumerGroup) cgrou
 		if run {
 			g.perform(w)
 		}
-		<-w.done
-		if g.failed.Load() {
-			s.mu.Lock()
-			err := g.brokenErr
-			s.mu.Unlock()
-			fail(err)
+		if <-w.done; w.err != nil {
+			fail(w.err)
 			return
 		}
 		send()
