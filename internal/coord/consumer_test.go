@@ -107,20 +107,9 @@ func TestConsumerGroupMovesWithItsEpochs(t *testing.T) {
 // a group moved away before the scheduled write is taken writes nothing
 // more and its waiters are told NOT_COORDINATOR.
 func TestConsumerChangesShareOneSnapshotWrite(t *testing.T) {
-	dir := t.TempDir()
-	ctx := context.Background()
 	g := "coalesced-848"
-	v1 := assignment(1, 2, nil, map[string]string{g: "kaas-0"})
-	a := newOwner(t, dir, "kaas-0", v1)
-	a.SetTopics(consumerImage)
-	if res, err := a.ConsumerHeartbeat(ctx, g, consumerJoin("m1")); err != nil || res.Err != cgroup.ErrNone {
-		t.Fatal(err, res.Err)
-	}
+	a, s := joinedConsumerGroup(t, g)
 	writes := countMembershipWrites(a, g)
-	a.mu.Lock()
-	s := a.groups[g]
-	a.mu.Unlock()
-	waitNoWrite(t, s)
 
 	// Three joins under one hold of the lock: the first is taken at once,
 	// the two others wait behind it in one write.
@@ -194,18 +183,9 @@ func TestConsumerChangesShareOneSnapshotWrite(t *testing.T) {
 // with the state that was never written (the first cut of the
 // one-write-under-way rule answered it as if written).
 func TestConsumerHeartbeatWhoseWriteWasDroppedIsNotAnswered(t *testing.T) {
-	dir := t.TempDir()
 	ctx := context.Background()
 	g := "dropped-848"
-	a := newOwner(t, dir, "kaas-0", assignment(1, 2, nil, map[string]string{g: "kaas-0"}))
-	a.SetTopics(consumerImage)
-	if res, err := a.ConsumerHeartbeat(ctx, g, consumerJoin("m1")); err != nil || res.Err != cgroup.ErrNone {
-		t.Fatal(err, res.Err)
-	}
-	a.mu.Lock()
-	s := a.groups[g]
-	a.mu.Unlock()
-	waitNoWrite(t, s)
+	a, s := joinedConsumerGroup(t, g)
 	s.mu.Lock()
 	cg := s.consumer
 	_, out := cg.core.Heartbeat(a.cfg.Now(), a.image(), consumerJoin("m2"))
@@ -237,6 +217,23 @@ func TestConsumerHeartbeatWhoseWriteWasDroppedIsNotAnswered(t *testing.T) {
 	if err := <-answered; !errors.Is(err, ErrNotCoordinator) {
 		t.Fatalf("the join whose write was dropped was answered %v, want NOT_COORDINATOR", err)
 	}
+}
+
+// joinedConsumerGroup starts the owner of consumer group g with member m1
+// joined, and returns it with the group's shell once the join's write is
+// done.
+func joinedConsumerGroup(t *testing.T, g string) (*Coordinator, *shell) {
+	t.Helper()
+	a := newOwner(t, t.TempDir(), "kaas-0", assignment(1, 2, nil, map[string]string{g: "kaas-0"}))
+	a.SetTopics(consumerImage)
+	if res, err := a.ConsumerHeartbeat(context.Background(), g, consumerJoin("m1")); err != nil || res.Err != cgroup.ErrNone {
+		t.Fatal(err, res.Err)
+	}
+	a.mu.Lock()
+	s := a.groups[g]
+	a.mu.Unlock()
+	waitNoWrite(t, s)
+	return a, s
 }
 
 // waitNoWrite waits until no snapshot write of the group is under way (an
