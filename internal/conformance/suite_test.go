@@ -1185,10 +1185,25 @@ func controllerKill(r *run) {
 	})
 }
 
+// rollingRestart stops each broker in turn with SIGTERM and starts it again,
+// beginning with the group's coordinator and going on in id order, on kaas
+// and on the reference alike. Where the coordinator stands in the order
+// decides how often the group moves, and a client that rejoins on every
+// move rebalances once per move: with the coordinator first, the group
+// moves away at its drain and again when the broker it went to drains (on
+// Kafka the partition leadership it follows does the same), the most a
+// roll can move it. A fixed order of ids would compare a group that moves
+// twice on one target with one that moves once on the other.
 func rollingRestart(r *run) {
 	chaos(r, func() time.Duration {
 		var worst time.Duration
-		for _, b := range r.c.nodes {
+		order := rollOrder(r.c.nodes, r.coordinator())
+		var ids []string
+		for _, b := range order {
+			ids = append(ids, fmt.Sprint(b.id()))
+		}
+		r.note("brokers stopped in the order %s (the coordinator first)", strings.Join(ids, ", "))
+		for _, b := range order {
 			at := time.Now()
 			r.downed[b.id()] = true
 			if err := b.terminate(45 * time.Second); err != nil {
@@ -1210,6 +1225,23 @@ func rollingRestart(r *run) {
 		}
 		return worst
 	})
+}
+
+// rollOrder is nodes beginning with the broker first, then the others in
+// their order (which is id order).
+func rollOrder(nodes []*tapped, first int32) []*tapped {
+	out := make([]*tapped, 0, len(nodes))
+	for _, b := range nodes {
+		if b.id() == first {
+			out = append(out, b)
+		}
+	}
+	for _, b := range nodes {
+		if b.id() != first {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 // sigstop freezes the coordinator beyond --dead-after, checks it is no
