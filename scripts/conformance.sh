@@ -12,7 +12,7 @@
 #   --merge      for a run of some rows (a -run pattern): replace those rows of
 #                the saved table (the same client and scenario), keep the
 #                others, add a line saying which rows came from which run,
-#                and join the two tables again
+#                and join the two tables again; a run that failed is not merged
 # Output (table, broker and client logs) goes to $KAAS_CONFORMANCE_OUT,
 # default a fresh temp dir printed at the end.
 set -euo pipefail
@@ -63,6 +63,8 @@ if [ -f "$out/RESULTS.md" ]; then
     ' "$out/RESULTS.md" "$saved" >"$merged"
     cp "$merged" "$saved"
     echo "== merged into $saved"
+  elif [ "$save" = 2 ]; then
+    echo "== not merged: the run failed (exit $status) or $saved is missing; the saved table is unchanged"
   elif [ "$save" = 1 ]; then
     cp "$out/RESULTS.md" "$saved"
     echo "== saved $saved"
