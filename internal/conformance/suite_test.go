@@ -1227,8 +1227,8 @@ func rollingRestart(r *run) {
 	})
 }
 
-// rollOrder is nodes beginning with the broker first, then the others in
-// their order (which is id order).
+// rollOrder is nodes with the broker whose id is first at the front; the
+// others keep their order (id order).
 func rollOrder(nodes []*tapped, first int32) []*tapped {
 	out := make([]*tapped, 0, len(nodes))
 	for _, b := range nodes {
