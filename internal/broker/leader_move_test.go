@@ -326,3 +326,88 @@ func TestNewLeaderBehindTheClientCatchesUpBeforeAnswering(t *testing.T) {
 		t.Fatalf("an epoch that never comes: %v, want UNKNOWN_LEADER_EPOCH", kerr.ErrorForCode(p.ErrorCode))
 	}
 }
+
+// drainingMovable is a movable Cluster whose broker is draining.
+type drainingMovable struct{ movable }
+
+func (*drainingMovable) Draining() bool { return true }
+
+// TestDrainingBrokerDoesNotRefuseConsumersThatTrackNoLeaderEpoch: a
+// draining broker answered NOT_LEADER_OR_FOLLOWER to every Fetch of a
+// partition it had handed off. kafkajs rejoins its group on that error, so
+// each drained broker cost its group a rebalance; on Kafka the old leader is
+// a follower until it exits and serves a consumer's Fetch v11+ (KIP-392).
+// Here it serves, from the log it handed off, what that log held; a client
+// that sends a leader epoch, a fetch past that log's end, and Fetch v10 are
+// still refused with the new leader named, and the partition led here again
+// is the leader's log once more. A fetch that finds nothing more is answered
+// at once, and its connection closed, rather than parked to its max wait.
+func TestDrainingBrokerDoesNotRefuseConsumersThatTrackNoLeaderEpoch(t *testing.T) {
+	m := &drainingMovable{}
+	b := startBroker(t, t.TempDir(), func(c *Config) { c.Cluster = m })
+	m.b = b
+	cl := client(t, b)
+	createTopic(t, cl, "dr", 1, nil)
+	produceN(t, cl, "dr", 3)
+	m.moveAway()
+
+	fetch := func(version int16, offset int64, epoch int32) kmsg.FetchResponseTopicPartition {
+		t.Helper()
+		req := fetchOne(t, cl, "dr", offset, 100)
+		req.Version = version
+		req.Topics[0].Partitions[0].CurrentLeaderEpoch = epoch
+		resp := roundTrip(t, b, req).(*kmsg.FetchResponse)
+		return resp.Topics[0].Partitions[0]
+	}
+	notLeader := func(what string, p kmsg.FetchResponseTopicPartition) {
+		t.Helper()
+		if err := kerr.ErrorForCode(p.ErrorCode); err != kerr.NotLeaderForPartition {
+			t.Fatalf("%s: %v, want NOT_LEADER_OR_FOLLOWER", what, err)
+		}
+	}
+
+	p := fetch(16, 0, -1)
+	if p.ErrorCode != 0 || p.HighWatermark != 3 || lastOffsetIn(p.RecordBatches) != 2 {
+		t.Fatalf("v16 fetch without a leader epoch after the hand-off: %v, high watermark %d, last offset %d; want the 3 records",
+			kerr.ErrorForCode(p.ErrorCode), p.HighWatermark, lastOffsetIn(p.RecordBatches))
+	}
+	// At the end of what it held the broker answers at once, with nothing
+	// and no error, and closes the connection (the client reconnects and
+	// finds the new leader), as Kafka's follower does when it stops; a
+	// fetch that got records keeps its connection.
+	c := dial(t, b)
+	for i, offset := range []int64{0, 3} {
+		req := fetchOne(t, cl, "dr", offset, 60_000)
+		req.Version = 11
+		if _, err := c.Write(rawFrame(req, int32(i))); err != nil {
+			t.Fatal(err)
+		}
+		_, body := readResponse(t, c)
+		resp := req.ResponseKind().(*kmsg.FetchResponse)
+		resp.SetVersion(11)
+		if err := resp.ReadFrom(body); err != nil {
+			t.Fatal(err)
+		}
+		p := resp.Topics[0].Partitions[0]
+		if p.ErrorCode != 0 || p.HighWatermark != 3 || (offset == 3) != (len(p.RecordBatches) == 0) {
+			t.Fatalf("v11 fetch at %d after the hand-off: %v, %d bytes, high watermark %d", offset,
+				kerr.ErrorForCode(p.ErrorCode), len(p.RecordBatches), p.HighWatermark)
+		}
+	}
+	expectClosed(t, c)
+	p = fetch(16, 0, 0)
+	notLeader("a fetch with the old leader epoch", p)
+	if p.CurrentLeader.LeaderID != otherNode || p.CurrentLeader.LeaderEpoch != 1 {
+		t.Fatalf("a fetch with the old leader epoch is told leader %d epoch %d, want %d epoch 1",
+			p.CurrentLeader.LeaderID, p.CurrentLeader.LeaderEpoch, otherNode)
+	}
+	notLeader("a fetch past the handed-off log's end", fetch(16, 4, -1))
+	notLeader("Fetch v10", fetch(10, 0, -1))
+
+	m.moveTo(0) // led here again, at epoch 2
+	produceN(t, cl, "dr", 1)
+	if p := fetch(16, 3, -1); p.ErrorCode != 0 || p.HighWatermark != 4 || lastOffsetIn(p.RecordBatches) != 3 {
+		t.Fatalf("led here again: %v, high watermark %d, last offset %d; want the new record",
+			kerr.ErrorForCode(p.ErrorCode), p.HighWatermark, lastOffsetIn(p.RecordBatches))
+	}
+}

@@ -450,3 +450,60 @@ func TestRemove(t *testing.T) {
 		t.Fatalf("dir still there: %v", err)
 	}
 }
+
+// A retired log (a leader that handed its partition off) still serves reads
+// up to its final high watermark while the next leader appends; it refuses
+// appends, wrote the snapshot the next leader opens from, and Close releases
+// its descriptors.
+func TestRetiredLogReadsUntilClosed(t *testing.T) {
+	dir := t.TempDir()
+	before := openFDs(t)
+	old := openT(t, dir, Options{LeaderEpoch: 1})
+	for i := 0; i < 3; i++ {
+		appendT(t, old, makeBatch(spec{n: 2}))
+	}
+	if err := old.Retire(); err != nil {
+		t.Fatalf("Retire: %v", err)
+	}
+	if old.HighWatermark() != 6 {
+		t.Fatalf("hw %d after Retire, want 6 (Retire syncs)", old.HighWatermark())
+	}
+	if _, err := os.Stat(filepath.Join(dir, snapshotFileName)); err != nil {
+		t.Fatalf("no producer snapshot after Retire: %v", err)
+	}
+	if _, err := old.Append(makeBatch(spec{}), AppendOptions{}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Append on a retired log: %v, want ErrClosed", err)
+	}
+
+	next := openT(t, dir, Options{LeaderEpoch: 2})
+	defer next.Close()
+	appendT(t, next, makeBatch(spec{n: 4}))
+	syncT(t, next)
+
+	if got := readAll(t, old); len(got) != 3 || got[2].lastOffset() != 5 {
+		t.Fatalf("retired log read %d batches (last %+v), want the 3 it held", len(got), got)
+	}
+	if b, err := old.Read(6, 1<<20, true); err != nil || len(b) != 0 {
+		t.Fatalf("retired log at its end: %d bytes, %v; want none", len(b), err)
+	}
+	if b, err := old.ReadCommitted(0, 1<<20, true); err != nil || parseHeader(b).BaseOffset != 0 {
+		t.Fatalf("retired log ReadCommitted: %d bytes, %v", len(b), err)
+	}
+
+	if err := old.Close(); err != nil {
+		t.Fatalf("Close of a retired log: %v", err)
+	}
+	if _, err := old.Read(0, 1<<20, true); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Read after Close: %v, want ErrClosed", err)
+	}
+	if err := old.Close(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("second Close: %v, want ErrClosed", err)
+	}
+	if got := readAll(t, next); len(got) != 4 {
+		t.Fatalf("next leader reads %d batches, want 4", len(got))
+	}
+	next.Close()
+	if n := openFDs(t); n > before+fdSlack {
+		t.Fatalf("%d descriptors open after both logs closed, %d before", n, before)
+	}
+}
