@@ -61,15 +61,8 @@ func (b *Broker) handleFetch(ctx context.Context, c *conn, req wire.Request) fun
 	}
 	return func() kmsg.Response {
 		b.catchUp(ctx, b.fetchEpochs(r))
-		resp, handedOff := b.longPoll(ctx, r)
+		resp := b.longPoll(ctx, r)
 		b.hintFetch(r, resp)
-		if handedOff {
-			// Nothing more to read here, and no leader to wait for: the
-			// connection closes once this answer is sent, as it would when
-			// this broker stops (follower_read.go).
-			c.log.Debug("closing connection: its fetch reached the end of logs this draining broker handed off")
-			c.stopReading()
-		}
 		return resp
 	}
 }
@@ -104,45 +97,34 @@ func (b *Broker) fetchTopicName(version int16, name string, id [16]byte) (string
 }
 
 // longPoll answers a fetch once min bytes are there, an error is, max wait
-// passed or the request is abandoned. handedOff reports an answer with
-// nothing in it from logs this broker handed off while draining, which will
-// never grow: it is answered at once.
-func (b *Broker) longPoll(ctx context.Context, r *kmsg.FetchRequest) (resp *kmsg.FetchResponse, handedOff bool) {
+// passed or the request is abandoned.
+func (b *Broker) longPoll(ctx context.Context, r *kmsg.FetchRequest) *kmsg.FetchResponse {
 	wait := time.Duration(r.MaxWaitMillis) * time.Millisecond
 	deadline := time.Now().Add(wait)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
 		woken := b.hw.wait() // taken before reading, so no advance is missed
-		resp, out := b.fetchOnce(r)
-		if out.size == 0 && out.handedOff {
-			return resp, true
-		}
-		if out.size >= int(r.MinBytes) || out.errs || r.MaxWaitMillis <= 0 || !time.Now().Before(deadline) {
-			return resp, false
+		resp, size, errs := b.fetchOnce(r)
+		if size >= int(r.MinBytes) || errs || r.MaxWaitMillis <= 0 || !time.Now().Before(deadline) {
+			return resp
 		}
 		select {
 		case <-woken:
 		case <-timer.C:
-			resp, _ = b.fetchOnce(r)
-			return resp, false
+			resp, _, _ = b.fetchOnce(r)
+			return resp
 		case <-ctx.Done():
-			return resp, false
+			return resp
 		case <-b.closing:
-			return resp, false
+			return resp
 		}
 	}
 }
 
-// fetched is what one pass over a fetch's partitions found.
-type fetched struct {
-	size      int  // record bytes returned
-	errs      bool // some partition carries an error
-	handedOff bool // every partition was read from a log handed off while draining
-}
-
-// fetchOnce builds a response from what the logs hold now.
-func (b *Broker) fetchOnce(r *kmsg.FetchRequest) (*kmsg.FetchResponse, fetched) {
+// fetchOnce builds a response from what the logs hold now. It reports the
+// bytes returned and whether any partition carries an error.
+func (b *Broker) fetchOnce(r *kmsg.FetchRequest) (*kmsg.FetchResponse, int, bool) {
 	resp := r.ResponseKind().(*kmsg.FetchResponse)
 	total := 0
 	maxBytes := int(r.MaxBytes)
@@ -150,7 +132,6 @@ func (b *Broker) fetchOnce(r *kmsg.FetchRequest) (*kmsg.FetchResponse, fetched) 
 		maxBytes = 1 << 30
 	}
 	anyErr := false
-	parts, retired := 0, 0
 	for _, rt := range r.Topics {
 		st := kmsg.NewFetchResponseTopic()
 		st.Topic, st.TopicID = rt.Topic, rt.TopicID
@@ -177,7 +158,6 @@ func (b *Broker) fetchOnce(r *kmsg.FetchRequest) (*kmsg.FetchResponse, fetched) 
 			sp.RecordBatches = []byte{} // Kafka sends empty, not null, records
 			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = -1, -1, -1
 			sp.PreferredReadReplica = -1
-			parts++
 			fail := func(e *kerr.Error) {
 				sp.ErrorCode = e.Code
 				anyErr = true
@@ -204,12 +184,6 @@ func (b *Broker) fetchOnce(r *kmsg.FetchRequest) (*kmsg.FetchResponse, fetched) 
 				continue
 			}
 			p, err := b.partitionFor(t.Name, rp.Partition)
-			if errors.Is(err, errNotLeader) {
-				if fp := b.followerRead(r, t, &rp); fp != nil {
-					p, err = fp, nil
-					retired++
-				}
-			}
 			if err != nil {
 				if storageError(err) == kerr.KafkaStorageError {
 					b.log.Error("fetch: opening partition failed", "topic", t.Name, "partition", rp.Partition, "err", err)
@@ -264,7 +238,7 @@ func (b *Broker) fetchOnce(r *kmsg.FetchRequest) (*kmsg.FetchResponse, fetched) 
 		}
 		resp.Topics = append(resp.Topics, st)
 	}
-	return resp, fetched{size: total, errs: anyErr, handedOff: parts > 0 && retired == parts}
+	return resp, total, anyErr
 }
 
 // lastOffsetIn is the last offset of the last whole batch in data.

@@ -194,14 +194,11 @@ type Broker struct {
 	srvMu sync.Mutex // guards srv
 	srv   *server
 
-	partMu  sync.Mutex // guards parts, opening, retired
+	partMu  sync.Mutex // guards parts, opening
 	parts   map[tp]*partition
 	opening map[tp]chan struct{} // closed when the partition's open finished
-	// retired holds the logs handed off while draining, still read by
-	// consumers that fetch here (follower_read.go).
-	retired map[tp]*partition
-	hw      notifier // wakes long-polling fetches when a high watermark moves
-	applied notifier // wakes requests waiting for a newer assignment (catchUp)
+	hw      notifier             // wakes long-polling fetches when a high watermark moves
+	applied notifier             // wakes requests waiting for a newer assignment (catchUp)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -251,7 +248,7 @@ func New(cfg Config) (*Broker, error) {
 	b := &Broker{
 		cfg: cfg, log: log, topics: reg, clusterID: cid, groupConfigs: cfg.GroupConfigs,
 		pids:  newPIDAllocator(volume.ProducerIDsDir(cfg.DataDir), cfg.ID),
-		parts: map[tp]*partition{}, opening: map[tp]chan struct{}{}, retired: map[tp]*partition{},
+		parts: map[tp]*partition{}, opening: map[tp]chan struct{}{},
 		ctx: ctx, cancel: cancel, closing: make(chan struct{}),
 	}
 	if b.groupConfigs == nil {
@@ -462,7 +459,6 @@ func (b *Broker) close(ctx context.Context) error {
 			err = cerr
 		}
 	}
-	b.releaseRetiredWhere(func(tp) bool { return true })
 	return err
 }
 
@@ -557,7 +553,6 @@ func (b *Broker) partitionFor(topic string, idx int32) (*partition, error) {
 		opened := make(chan struct{})
 		b.opening[key] = opened
 		b.partMu.Unlock()
-		b.dropRetired(key) // led here again
 
 		if stale != nil { // led here at an older epoch, or a deleted topic's log
 			if err := stale.close(); err != nil {
@@ -613,9 +608,8 @@ func (b *Broker) AssignmentChanged() {
 // dropStalePartitions closes logs of deleted topics and of partitions this
 // broker no longer leads.
 func (b *Broker) dropStalePartitions() {
-	draining := b.draining()
 	b.partMu.Lock()
-	var stale, handed []*partition
+	var stale []*partition
 	for key, p := range b.parts {
 		t, ok := b.topics.Get(key.topic)
 		node, epoch, lok := b.cfg.Cluster.Leader(key.topic, key.partition)
@@ -623,11 +617,7 @@ func (b *Broker) dropStalePartitions() {
 			continue
 		}
 		delete(b.parts, key)
-		if draining && ok && t.ID == p.topicID && lok && node != b.cfg.ID {
-			handed = append(handed, p)
-		} else {
-			stale = append(stale, p)
-		}
+		stale = append(stale, p)
 	}
 	b.partMu.Unlock()
 	for _, p := range stale {
@@ -636,15 +626,6 @@ func (b *Broker) dropStalePartitions() {
 			b.log.Warn("closing partition failed", "topic", p.topic, "partition", p.index, "err", err)
 		}
 	}
-	for _, p := range handed {
-		b.log.Info("partition handed off: its log stays readable for consumers fetching here until this broker stops",
-			"topic", p.topic, "partition", p.index, "epoch", p.epoch, "high_watermark", p.log.HighWatermark())
-		if err := p.retire(); err != nil {
-			b.log.Warn("closing partition failed", "topic", p.topic, "partition", p.index, "err", err)
-		}
-		b.keepRetired(p)
-	}
-	stale = append(stale, handed...)
 	if len(stale) > 0 {
 		// Fetches parked on those partitions answer now (NOT_LEADER_OR_FOLLOWER,
 		// with the new leader) instead of at their max wait.
@@ -678,7 +659,6 @@ func (b *Broker) removeTopicData(t *topics.Topic) error {
 			b.log.Warn("closing partition failed", "topic", p.topic, "partition", p.index, "err", err)
 		}
 	}
-	b.releaseRetiredWhere(func(key tp) bool { return key.topic == t.Name })
 	return moveAside(b.cfg.DataDir, volume.TopicDir(b.cfg.DataDir, t.Name), t.ID.String())
 }
 

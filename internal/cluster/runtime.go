@@ -198,9 +198,6 @@ func (r *Runtime) Current() *Assignment { return r.current.Load() }
 // IsController reports whether this broker holds the controller role.
 func (r *Runtime) IsController() bool { return r.leader.Load() }
 
-// Draining reports whether Drain has begun (the SIGTERM path).
-func (r *Runtime) Draining() bool { return r.state.Load() == StateDraining }
-
 // KnownEpoch is the highest controller epoch this broker knows.
 func (r *Runtime) KnownEpoch() int64 { return r.known.Load() }
 

@@ -92,10 +92,6 @@ func (v *view) Refresh() {
 	}
 }
 
-// Draining implements broker.Drainer: the runtime is handing this broker's
-// partitions and groups off before it stops.
-func (v *view) Draining() bool { return v.rt != nil && v.rt.Draining() }
-
 // Ready implements the broker's readiness check: an applied assignment
 // lists this broker alive.
 func (v *view) Ready() bool {

@@ -88,7 +88,7 @@ type Log struct {
 	now    func() time.Time
 
 	// mu guards opts, segs (and the segment contents: readers hold RLock,
-	// Append holds Lock), producers, history, closed, readable and broken.
+	// Append holds Lock), producers, history, closed and broken.
 	mu        sync.RWMutex
 	opts      Options
 	segs      []*segment // ascending base; the last one is active
@@ -101,10 +101,7 @@ type Log struct {
 	cuts    atomic.Uint64
 	history []epochEntry
 	closed  bool
-	// readable: closed by Retire, the files still open for reads (Close
-	// closes them).
-	readable bool
-	broken   error // a write failed and could not be undone; the log refuses appends
+	broken  error // a write failed and could not be undone; the log refuses appends
 
 	leo    atomic.Int64 // next offset; written under mu
 	lso    atomic.Int64 // log start offset; written under mu
@@ -182,26 +179,8 @@ func (l *Log) Fenced() bool { return l.fenced.Load() }
 
 // Close syncs, writes the active index and the producer snapshot (unless a
 // newer leader took over, in which case it writes nothing), and closes the
-// files. Wait channels fire. On a retired Log it closes the files Retire
-// kept open.
-func (l *Log) Close() error { return l.shut(false) }
-
-// Retire is Close that keeps the files open for Read and ReadCommitted up to
-// the final high watermark, until Close. Everything else is refused as after
-// Close. A leader that hands a partition off retires its log: the snapshot
-// the next leader opens from is written at once, and a consumer still
-// fetching here (a follower read, KIP-392) is served what the log held.
-func (l *Log) Retire() error { return l.shut(true) }
-
-func (l *Log) shut(keepReads bool) error {
-	l.mu.Lock()
-	if l.closed && l.readable && !keepReads {
-		l.readable = false
-		l.closeFiles()
-		l.mu.Unlock()
-		return nil
-	}
-	l.mu.Unlock()
+// files. Wait channels fire.
+func (l *Log) Close() error {
 	serr := l.Sync()
 	l.mu.Lock()
 	if l.closed {
@@ -229,11 +208,7 @@ func (l *Log) shut(keepReads bool) error {
 			err = werr
 		}
 	}
-	if keepReads {
-		l.readable = true
-	} else {
-		l.closeFiles()
-	}
+	l.closeFiles()
 	l.syncMu.Lock()
 	close(l.hwCh)
 	l.syncMu.Unlock()

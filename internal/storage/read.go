@@ -39,7 +39,7 @@ func (l *Log) ReadCommitted(offset int64, maxBytes int, minOne bool) ([]byte, er
 func (l *Log) read(offset int64, maxBytes int, minOne, committed bool) ([]byte, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	if l.closed && !l.readable {
+	if l.closed {
 		return nil, ErrClosed
 	}
 	hw, lso := l.hw.Load(), l.lso.Load()
