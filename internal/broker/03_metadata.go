@@ -16,20 +16,21 @@ import (
 
 func init() { register(kmsg.Metadata, 0, 12, (*Broker).handleMetadata) }
 
-func (b *Broker) handleMetadata(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
-	resp := b.metadata(c, req.Body.(*kmsg.MetadataRequest))
-	return func() kmsg.Response {
-		b.awaitLiveLeaders(ctx, resp) // gone_leaders.go
-		return resp
-	}
-}
-
-func (b *Broker) metadata(c *conn, r *kmsg.MetadataRequest) *kmsg.MetadataResponse {
+func (b *Broker) handleMetadata(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
+	r := req.Body.(*kmsg.MetadataRequest)
 	resp := r.ResponseKind().(*kmsg.MetadataResponse)
 	cid := b.clusterID
 	resp.ClusterID = &cid
 	resp.ControllerID = b.cfg.Cluster.ControllerID()
-	resp.Brokers = metadataBrokers(b.cfg.Cluster.Brokers())
+	for _, bi := range b.cfg.Cluster.Brokers() {
+		mb := kmsg.NewMetadataResponseBroker()
+		mb.NodeID, mb.Host, mb.Port = bi.NodeID, bi.Host, bi.Port
+		if bi.Rack != "" {
+			rack := bi.Rack
+			mb.Rack = &rack
+		}
+		resp.Brokers = append(resp.Brokers, mb)
+	}
 	all := r.Topics == nil || (r.Version == 0 && len(r.Topics) == 0)
 	if all {
 		for _, t := range b.topics.All() {
@@ -39,7 +40,7 @@ func (b *Broker) metadata(c *conn, r *kmsg.MetadataRequest) *kmsg.MetadataRespon
 			t, _ := b.internalTopic(n)
 			resp.Topics = append(resp.Topics, b.metadataInternal(t))
 		}
-		return resp
+		return now(resp)
 	}
 	autoCreate := b.cfg.AutoCreateTopics && (r.Version < 4 || r.AllowAutoTopicCreation)
 	for _, rt := range r.Topics {
@@ -101,7 +102,7 @@ func (b *Broker) metadata(c *conn, r *kmsg.MetadataRequest) *kmsg.MetadataRespon
 		}
 		resp.Topics = append(resp.Topics, b.metadataTopic(t))
 	}
-	return resp
+	return now(resp)
 }
 
 // autoCreate creates a topic with the broker defaults; a concurrent creation
@@ -128,7 +129,16 @@ func (b *Broker) metadataTopic(t *topics.Topic) kmsg.MetadataResponseTopic {
 	for i := int32(0); i < t.Partitions; i++ {
 		mp := kmsg.NewMetadataResponseTopicPartition()
 		mp.Partition = i
-		setLeader(&mp, b.cfg.Cluster, t.Name)
+		node, epoch, ok := b.cfg.Cluster.Leader(t.Name, i)
+		if !ok {
+			mp.ErrorCode = kerr.LeaderNotAvailable.Code
+			mp.Leader = -1
+			mp.LeaderEpoch = -1
+			mp.Replicas, mp.ISR = []int32{}, []int32{}
+		} else {
+			mp.Leader, mp.LeaderEpoch = node, epoch
+			mp.Replicas, mp.ISR = []int32{node}, []int32{node}
+		}
 		mt.Partitions = append(mt.Partitions, mp)
 	}
 	return mt

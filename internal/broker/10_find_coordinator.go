@@ -39,22 +39,8 @@ func (b *Broker) findCoordinator(keyType int8, key string) (coord.Broker, *kerr.
 
 func init() { register(kmsg.FindCoordinator, 0, 5, (*Broker).handleFindCoordinator) }
 
-func (b *Broker) handleFindCoordinator(ctx context.Context, _ *conn, req wire.Request) func() kmsg.Response {
+func (b *Broker) handleFindCoordinator(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.FindCoordinatorRequest)
-	resp := b.coordinators(r)
-	return func() kmsg.Response {
-		if b.goneCoordinator(resp) { // gone_leaders.go
-			b.whileGone(ctx, "find-coordinator answer waits: the coordinator's address refuses connections", func() bool {
-				resp = b.coordinators(r)
-				return b.goneCoordinator(resp)
-			})
-		}
-		return resp
-	}
-}
-
-// coordinators answers a FindCoordinator from the applied assignment.
-func (b *Broker) coordinators(r *kmsg.FindCoordinatorRequest) *kmsg.FindCoordinatorResponse {
 	resp := r.ResponseKind().(*kmsg.FindCoordinatorResponse)
 	if r.Version <= 3 {
 		cb, e := b.findCoordinator(r.CoordinatorType, r.CoordinatorKey)
@@ -62,10 +48,10 @@ func (b *Broker) coordinators(r *kmsg.FindCoordinatorRequest) *kmsg.FindCoordina
 			resp.ErrorCode, resp.NodeID, resp.Port = e.Code, -1, -1
 			msg := e.Message
 			resp.ErrorMessage = &msg
-			return resp
+			return now(resp)
 		}
 		resp.NodeID, resp.Host, resp.Port = cb.NodeID, cb.Host, cb.Port
-		return resp
+		return now(resp)
 	}
 	for _, key := range r.CoordinatorKeys {
 		rc := kmsg.NewFindCoordinatorResponseCoordinator()
@@ -80,5 +66,5 @@ func (b *Broker) coordinators(r *kmsg.FindCoordinatorRequest) *kmsg.FindCoordina
 		}
 		resp.Coordinators = append(resp.Coordinators, rc)
 	}
-	return resp
+	return now(resp)
 }
