@@ -31,10 +31,11 @@ func (b *Broker) handleMetadata(_ context.Context, c *conn, req wire.Request) fu
 		}
 		resp.Brokers = append(resp.Brokers, mb)
 	}
+	brokers := b.brokersByID()
 	all := r.Topics == nil || (r.Version == 0 && len(r.Topics) == 0)
 	if all {
 		for _, t := range b.topics.All() {
-			resp.Topics = append(resp.Topics, b.metadataTopic(t))
+			resp.Topics = append(resp.Topics, b.metadataTopic(t, brokers))
 		}
 		for _, n := range internalNames {
 			t, _ := b.internalTopic(n)
@@ -64,7 +65,7 @@ func (b *Broker) handleMetadata(_ context.Context, c *conn, req wire.Request) fu
 				resp.Topics = append(resp.Topics, mt)
 				continue
 			}
-			resp.Topics = append(resp.Topics, b.metadataTopic(t))
+			resp.Topics = append(resp.Topics, b.metadataTopic(t, brokers))
 			continue
 		}
 		name := *rt.Topic
@@ -100,7 +101,7 @@ func (b *Broker) handleMetadata(_ context.Context, c *conn, req wire.Request) fu
 			resp.Topics = append(resp.Topics, mt)
 			continue
 		}
-		resp.Topics = append(resp.Topics, b.metadataTopic(t))
+		resp.Topics = append(resp.Topics, b.metadataTopic(t, brokers))
 	}
 	return now(resp)
 }
@@ -121,7 +122,10 @@ func (b *Broker) autoCreate(name string) (*topics.Topic, error) {
 	return t, err
 }
 
-func (b *Broker) metadataTopic(t *topics.Topic) kmsg.MetadataResponseTopic {
+// metadataTopic answers a topic's partitions from the assignment; a leader
+// whose process is gone is named as none (gone_brokers.go). brokers is the
+// cluster's list by node id.
+func (b *Broker) metadataTopic(t *topics.Topic, brokers map[int32]BrokerInfo) kmsg.MetadataResponseTopic {
 	mt := kmsg.NewMetadataResponseTopic()
 	name := t.Name
 	mt.Topic = &name
@@ -130,7 +134,7 @@ func (b *Broker) metadataTopic(t *topics.Topic) kmsg.MetadataResponseTopic {
 		mp := kmsg.NewMetadataResponseTopicPartition()
 		mp.Partition = i
 		node, epoch, ok := b.cfg.Cluster.Leader(t.Name, i)
-		if !ok {
+		if !ok || b.goneLeader(node, brokers) {
 			mp.ErrorCode = kerr.LeaderNotAvailable.Code
 			mp.Leader = -1
 			mp.LeaderEpoch = -1
