@@ -31,11 +31,10 @@ func (b *Broker) handleMetadata(_ context.Context, c *conn, req wire.Request) fu
 		}
 		resp.Brokers = append(resp.Brokers, mb)
 	}
-	brokers := b.brokersByID()
 	all := r.Topics == nil || (r.Version == 0 && len(r.Topics) == 0)
 	if all {
 		for _, t := range b.topics.All() {
-			resp.Topics = append(resp.Topics, b.metadataTopic(t, brokers))
+			resp.Topics = append(resp.Topics, b.metadataTopic(t))
 		}
 		for _, n := range internalNames {
 			t, _ := b.internalTopic(n)
@@ -65,7 +64,7 @@ func (b *Broker) handleMetadata(_ context.Context, c *conn, req wire.Request) fu
 				resp.Topics = append(resp.Topics, mt)
 				continue
 			}
-			resp.Topics = append(resp.Topics, b.metadataTopic(t, brokers))
+			resp.Topics = append(resp.Topics, b.metadataTopic(t))
 			continue
 		}
 		name := *rt.Topic
@@ -101,7 +100,7 @@ func (b *Broker) handleMetadata(_ context.Context, c *conn, req wire.Request) fu
 			resp.Topics = append(resp.Topics, mt)
 			continue
 		}
-		resp.Topics = append(resp.Topics, b.metadataTopic(t, brokers))
+		resp.Topics = append(resp.Topics, b.metadataTopic(t))
 	}
 	return now(resp)
 }
@@ -122,10 +121,7 @@ func (b *Broker) autoCreate(name string) (*topics.Topic, error) {
 	return t, err
 }
 
-// metadataTopic answers a topic's partitions from the assignment; a leader
-// whose process is gone is named as none (gone_brokers.go). brokers is the
-// cluster's list by node id.
-func (b *Broker) metadataTopic(t *topics.Topic, brokers map[int32]BrokerInfo) kmsg.MetadataResponseTopic {
+func (b *Broker) metadataTopic(t *topics.Topic) kmsg.MetadataResponseTopic {
 	mt := kmsg.NewMetadataResponseTopic()
 	name := t.Name
 	mt.Topic = &name
@@ -134,7 +130,7 @@ func (b *Broker) metadataTopic(t *topics.Topic, brokers map[int32]BrokerInfo) km
 		mp := kmsg.NewMetadataResponseTopicPartition()
 		mp.Partition = i
 		node, epoch, ok := b.cfg.Cluster.Leader(t.Name, i)
-		if !ok || b.goneLeader(node, brokers) {
+		if !ok {
 			mp.ErrorCode = kerr.LeaderNotAvailable.Code
 			mp.Leader = -1
 			mp.LeaderEpoch = -1

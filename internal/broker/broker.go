@@ -177,7 +177,6 @@ type Broker struct {
 	coord  *coord.Coordinator
 	txn    *txn.Coordinator
 	peers  peers
-	goneW  goneWatch // which other brokers' addresses refuse connections (gone_brokers.go)
 	// configsGen is the topic registry generation whose configs the open
 	// partitions have (applyTopicConfigs; the maintenance goroutine's).
 	configsGen uint64
@@ -441,7 +440,6 @@ func (b *Broker) Close(ctx context.Context) error {
 
 func (b *Broker) close(ctx context.Context) error {
 	close(b.closing)
-	b.stopGoneWatchers()
 	b.srvMu.Lock()
 	srv := b.srv
 	b.srvMu.Unlock()
