@@ -16,21 +16,20 @@ import (
 
 func init() { register(kmsg.Metadata, 0, 12, (*Broker).handleMetadata) }
 
-func (b *Broker) handleMetadata(_ context.Context, c *conn, req wire.Request) func() kmsg.Response {
-	r := req.Body.(*kmsg.MetadataRequest)
+func (b *Broker) handleMetadata(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
+	resp := b.metadata(c, req.Body.(*kmsg.MetadataRequest))
+	return func() kmsg.Response {
+		b.awaitLiveLeaders(ctx, resp) // gone_leaders.go
+		return resp
+	}
+}
+
+func (b *Broker) metadata(c *conn, r *kmsg.MetadataRequest) *kmsg.MetadataResponse {
 	resp := r.ResponseKind().(*kmsg.MetadataResponse)
 	cid := b.clusterID
 	resp.ClusterID = &cid
 	resp.ControllerID = b.cfg.Cluster.ControllerID()
-	for _, bi := range b.cfg.Cluster.Brokers() {
-		mb := kmsg.NewMetadataResponseBroker()
-		mb.NodeID, mb.Host, mb.Port = bi.NodeID, bi.Host, bi.Port
-		if bi.Rack != "" {
-			rack := bi.Rack
-			mb.Rack = &rack
-		}
-		resp.Brokers = append(resp.Brokers, mb)
-	}
+	resp.Brokers = metadataBrokers(b.cfg.Cluster.Brokers())
 	all := r.Topics == nil || (r.Version == 0 && len(r.Topics) == 0)
 	if all {
 		for _, t := range b.topics.All() {
@@ -40,7 +39,7 @@ func (b *Broker) handleMetadata(_ context.Context, c *conn, req wire.Request) fu
 			t, _ := b.internalTopic(n)
 			resp.Topics = append(resp.Topics, b.metadataInternal(t))
 		}
-		return now(resp)
+		return resp
 	}
 	autoCreate := b.cfg.AutoCreateTopics && (r.Version < 4 || r.AllowAutoTopicCreation)
 	for _, rt := range r.Topics {
@@ -102,7 +101,7 @@ func (b *Broker) handleMetadata(_ context.Context, c *conn, req wire.Request) fu
 		}
 		resp.Topics = append(resp.Topics, b.metadataTopic(t))
 	}
-	return now(resp)
+	return resp
 }
 
 // autoCreate creates a topic with the broker defaults; a concurrent creation
@@ -129,16 +128,7 @@ func (b *Broker) metadataTopic(t *topics.Topic) kmsg.MetadataResponseTopic {
 	for i := int32(0); i < t.Partitions; i++ {
 		mp := kmsg.NewMetadataResponseTopicPartition()
 		mp.Partition = i
-		node, epoch, ok := b.cfg.Cluster.Leader(t.Name, i)
-		if !ok {
-			mp.ErrorCode = kerr.LeaderNotAvailable.Code
-			mp.Leader = -1
-			mp.LeaderEpoch = -1
-			mp.Replicas, mp.ISR = []int32{}, []int32{}
-		} else {
-			mp.Leader, mp.LeaderEpoch = node, epoch
-			mp.Replicas, mp.ISR = []int32{node}, []int32{node}
-		}
+		setLeader(&mp, b.cfg.Cluster, t.Name)
 		mt.Partitions = append(mt.Partitions, mp)
 	}
 	return mt

@@ -69,6 +69,10 @@ type Config struct {
 	// OffsetsRetentionCheck is how often committed offsets are checked for
 	// expiry (Kafka's offsets.retention.check.interval.ms); default 10 min.
 	OffsetsRetentionCheck time.Duration
+	// GoneLeaderWait bounds how long a Metadata answer that names a leader
+	// whose address refuses connections waits for its partitions to move
+	// (gone_leaders.go); default 3 s.
+	GoneLeaderWait time.Duration
 
 	Logger *slog.Logger
 	// TopicsChanged is called after this broker created or deleted a topic
@@ -126,6 +130,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RequestReadTimeout <= 0 {
 		c.RequestReadTimeout = 30 * time.Second
+	}
+	if c.GoneLeaderWait <= 0 {
+		c.GoneLeaderWait = 3 * time.Second
 	}
 	if c.QueuedMaxRequestBytes <= 0 {
 		c.QueuedMaxRequestBytes = 2 * int64(c.MaxFrame)
@@ -197,6 +204,7 @@ type Broker struct {
 	partMu  sync.Mutex // guards parts, opening
 	parts   map[tp]*partition
 	opening map[tp]chan struct{} // closed when the partition's open finished
+	probes  probes               // which brokers' addresses refuse connections (gone_leaders.go)
 	hw      notifier             // wakes long-polling fetches when a high watermark moves
 	applied notifier             // wakes requests waiting for a newer assignment (catchUp)
 
@@ -450,6 +458,7 @@ func (b *Broker) close(ctx context.Context) error {
 	b.cancel()
 	b.wg.Wait()
 	b.peers.close()
+	b.closeProbes()
 	b.partMu.Lock()
 	parts := b.parts
 	b.parts = map[tp]*partition{}

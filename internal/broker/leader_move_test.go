@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -324,5 +325,103 @@ func TestNewLeaderBehindTheClientCatchesUpBeforeAnswering(t *testing.T) {
 	}
 	if p := ask(99); kerr.ErrorForCode(p.ErrorCode) != kerr.UnknownLeaderEpoch {
 		t.Fatalf("an epoch that never comes: %v, want UNKNOWN_LEADER_EPOCH", kerr.ErrorForCode(p.ErrorCode))
+	}
+}
+
+// awayAt is a movable Cluster whose other broker is listed at addr.
+type awayAt struct {
+	movable
+	port int32
+}
+
+func (a *awayAt) Brokers() []BrokerInfo {
+	return []BrokerInfo{a.b.self(), {NodeID: otherNode, Host: "127.0.0.1", Port: a.port}}
+}
+
+// refusedPort is a loopback port nothing listens on (it did a moment ago).
+func refusedPort(t *testing.T) int32 {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := int32(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	return port
+}
+
+// metadataLeader asks b (at the exact version, on a fresh connection) for
+// topic's metadata and returns partition 0's leader.
+func metadataLeader(t *testing.T, b *Broker, topic string) int32 {
+	t.Helper()
+	req := kmsg.NewPtrMetadataRequest()
+	req.Version = 12
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = &topic
+	req.Topics = append(req.Topics, rt)
+	resp := roundTrip(t, b, req).(*kmsg.MetadataResponse)
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		t.Fatalf("metadata of %s: %+v", topic, resp.Topics)
+	}
+	return resp.Topics[0].Partitions[0].Leader
+}
+
+// TestMetadataRightAfterALeaderIsKilledNamesItsSuccessor: a client whose
+// connection to a broker killed with -9 reads EOF asks for metadata at
+// once, before the cluster has declared the broker dead (about a report
+// interval) and moved its partitions. The answer named the dead broker, and
+// franz-go asks again only after its metadata min age (5 s): a KIP-848
+// member did not consume for about 5 s after the kill of its coordinator.
+// Now an answer that names a leader whose address refuses connections
+// waits for the partitions to move and names the new leader; a leader that
+// still accepts connections (frozen, or alive) is answered at once, and a
+// move that never comes is waited for GoneLeaderWait.
+func TestMetadataRightAfterALeaderIsKilledNamesItsSuccessor(t *testing.T) {
+	a := &awayAt{port: refusedPort(t)}
+	b := startBroker(t, t.TempDir(), func(c *Config) { c.Cluster = a; c.GoneLeaderWait = 20 * time.Second })
+	a.b = b
+	cl := client(t, b)
+	createTopic(t, cl, "gl", 1, nil)
+	a.moveAway() // led by the other broker, whose address refuses
+
+	moved := make(chan struct{})
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		a.moveTo(0) // the cluster declared it dead and moved its partition here
+		close(moved)
+	}()
+	if l := metadataLeader(t, b, "gl"); l != 0 {
+		t.Fatalf("metadata while the leader's address refuses connections named leader %d, want 0 (its successor)", l)
+	}
+	<-moved
+
+	// A leader that accepts connections is named at once.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	a.port = int32(ln.Addr().(*net.TCPAddr).Port)
+	a.moveAway()
+	if l := metadataLeader(t, b, "gl"); l != otherNode {
+		t.Fatalf("a live leader: metadata named %d, want %d", l, otherNode)
+	}
+}
+
+// TestMetadataWaitsForAGoneLeaderOnlyGoneLeaderWait: a partition whose gone
+// leader never moves is answered, naming it, once GoneLeaderWait passed.
+func TestMetadataWaitsForAGoneLeaderOnlyGoneLeaderWait(t *testing.T) {
+	a := &awayAt{port: refusedPort(t)}
+	b := startBroker(t, t.TempDir(), func(c *Config) { c.Cluster = a; c.GoneLeaderWait = 300 * time.Millisecond })
+	a.b = b
+	cl := client(t, b)
+	createTopic(t, cl, "gw", 1, nil)
+	a.moveAway()
+	start := time.Now()
+	if l := metadataLeader(t, b, "gw"); l != otherNode {
+		t.Fatalf("metadata named %d, want %d (nothing moved)", l, otherNode)
+	}
+	if waited := time.Since(start); waited < 300*time.Millisecond {
+		t.Fatalf("answered after %v, before GoneLeaderWait (300ms): the gone leader was not waited for", waited)
 	}
 }
