@@ -70,11 +70,26 @@ func (b *Broker) catchUp(ctx context.Context, want map[string]map[int32]int32) {
 	if !lagging() {
 		return
 	}
-	timer := time.NewTimer(catchUpWait)
+	b.awaitApplied(ctx, catchUpWait, 0, lagging)
+}
+
+// awaitApplied waits while pending reports true: it checks again after each
+// newly applied assignment (and every tick, when tick > 0, for a condition
+// that can change without one), asking the cluster to look for a newer
+// assignment at once. It ends when pending reports false, after wait, when
+// ctx ends or the broker closes.
+func (b *Broker) awaitApplied(ctx context.Context, wait, tick time.Duration, pending func() bool) {
+	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	var ticks <-chan time.Time
+	if tick > 0 {
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		ticks = t.C
+	}
 	for {
 		applied := b.applied.wait() // taken before checking: no change is missed
-		if !lagging() {
+		if !pending() {
 			return
 		}
 		if r, ok := b.cfg.Cluster.(Refresher); ok {
@@ -82,6 +97,7 @@ func (b *Broker) catchUp(ctx context.Context, want map[string]map[int32]int32) {
 		}
 		select {
 		case <-applied:
+		case <-ticks:
 		case <-timer.C:
 			return
 		case <-ctx.Done():

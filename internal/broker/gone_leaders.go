@@ -59,7 +59,7 @@ type probes struct {
 }
 
 // probe is a connection kept open to a broker that accepted it, or the time
-// a dial was refused.
+// a dial was refused or failed otherwise.
 type probe struct {
 	conn      net.Conn
 	refusedAt time.Time
@@ -171,46 +171,19 @@ func (b *Broker) goneLeader(resp *kmsg.MetadataResponse) bool {
 }
 
 // awaitLiveLeaders holds a Metadata answer while it names a gone leader
-// (see the file comment), bringing its brokers, controller and leaders up to
-// date as the assignment changes.
+// (see the file comment), for at most GoneLeaderWait, bringing its brokers,
+// controller and leaders up to date as the assignment changes; the leaders
+// are probed again every probeFresh, since a broker back on its address
+// ends the wait without a new assignment.
 func (b *Broker) awaitLiveLeaders(ctx context.Context, resp *kmsg.MetadataResponse) {
 	if !b.goneLeader(resp) {
 		return
 	}
-	b.whileGone(ctx, "metadata answer waits: a partition leader's address refuses connections", func() bool {
+	b.log.Info("metadata answer waits: a partition leader's address refuses connections", "max_wait", b.cfg.GoneLeaderWait)
+	b.awaitApplied(ctx, b.cfg.GoneLeaderWait, probeFresh, func() bool { // catch_up.go
 		b.refreshMetadata(resp)
 		return b.goneLeader(resp)
 	})
-}
-
-// whileGone waits until gone reports false, checking after each change of
-// assignment and every probeFresh, for at most GoneLeaderWait; it ends early
-// when ctx ends or the broker closes.
-func (b *Broker) whileGone(ctx context.Context, what string, gone func() bool) {
-	b.log.Info(what, "max_wait", b.cfg.GoneLeaderWait)
-	deadline := time.NewTimer(b.cfg.GoneLeaderWait)
-	defer deadline.Stop()
-	tick := time.NewTicker(probeFresh)
-	defer tick.Stop()
-	for {
-		applied := b.applied.wait() // taken before checking: no change is missed
-		if !gone() {
-			return
-		}
-		if r, ok := b.cfg.Cluster.(Refresher); ok {
-			r.Refresh()
-		}
-		select {
-		case <-applied:
-		case <-tick.C:
-		case <-deadline.C:
-			return
-		case <-ctx.Done():
-			return
-		case <-b.closing:
-			return
-		}
-	}
 }
 
 // refreshMetadata rewrites the brokers, the controller and the partition

@@ -350,6 +350,19 @@ func refusedPort(t *testing.T) int32 {
 	return port
 }
 
+// startAway starts a broker whose other broker is listed at a port nothing
+// listens on, with GoneLeaderWait wait, and moves topic (one partition,
+// created here) to the other broker.
+func startAway(t *testing.T, wait time.Duration, topic string) (*awayAt, *Broker) {
+	t.Helper()
+	a := &awayAt{port: refusedPort(t)}
+	b := startBroker(t, t.TempDir(), func(c *Config) { c.Cluster = a; c.GoneLeaderWait = wait })
+	a.b = b
+	createTopic(t, client(t, b), topic, 1, nil)
+	a.moveAway() // led by the other broker, whose address refuses
+	return a, b
+}
+
 // metadataLeader asks b (at the exact version, on a fresh connection) for
 // topic's metadata and returns partition 0's leader.
 func metadataLeader(t *testing.T, b *Broker, topic string) int32 {
@@ -377,12 +390,7 @@ func metadataLeader(t *testing.T, b *Broker, topic string) int32 {
 // still accepts connections (frozen, or alive) is answered at once, and a
 // move that never comes is waited for GoneLeaderWait.
 func TestMetadataRightAfterALeaderIsKilledNamesItsSuccessor(t *testing.T) {
-	a := &awayAt{port: refusedPort(t)}
-	b := startBroker(t, t.TempDir(), func(c *Config) { c.Cluster = a; c.GoneLeaderWait = 20 * time.Second })
-	a.b = b
-	cl := client(t, b)
-	createTopic(t, cl, "gl", 1, nil)
-	a.moveAway() // led by the other broker, whose address refuses
+	a, b := startAway(t, 20*time.Second, "gl")
 
 	moved := make(chan struct{})
 	go func() {
@@ -411,12 +419,7 @@ func TestMetadataRightAfterALeaderIsKilledNamesItsSuccessor(t *testing.T) {
 // TestMetadataWaitsForAGoneLeaderOnlyGoneLeaderWait: a partition whose gone
 // leader never moves is answered, naming it, once GoneLeaderWait passed.
 func TestMetadataWaitsForAGoneLeaderOnlyGoneLeaderWait(t *testing.T) {
-	a := &awayAt{port: refusedPort(t)}
-	b := startBroker(t, t.TempDir(), func(c *Config) { c.Cluster = a; c.GoneLeaderWait = 300 * time.Millisecond })
-	a.b = b
-	cl := client(t, b)
-	createTopic(t, cl, "gw", 1, nil)
-	a.moveAway()
+	_, b := startAway(t, 300*time.Millisecond, "gw")
 	start := time.Now()
 	if l := metadataLeader(t, b, "gw"); l != otherNode {
 		t.Fatalf("metadata named %d, want %d (nothing moved)", l, otherNode)
