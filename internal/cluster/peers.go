@@ -49,6 +49,12 @@ type ackState struct {
 	ack    peerAck
 }
 
+// queuedReport is a report waiting for its peer's previous one to end.
+type queuedReport struct {
+	data   []byte
+	sentAt time.Time
+}
+
 // refusal is a report a peer's address refused a connection for: nothing
 // listens there, so the process that last reported from it is gone.
 type refusal struct {
@@ -77,8 +83,11 @@ type peers struct {
 	addrs    map[string]string // broker id -> cluster address
 	acks     map[string]ackState
 	inflight map[string]bool
-	refused  map[string]refusal
-	closed   bool
+	// queued is, per peer, the newest report broadcast while the previous
+	// one to that peer was still in flight: its sender posts it next.
+	queued  map[string]queuedReport
+	refused map[string]refusal
+	closed  bool
 
 	wg sync.WaitGroup
 }
@@ -96,7 +105,7 @@ func listenPeers(me, addr, host string, timeout time.Duration, log *slog.Logger)
 	}
 	p := &peers{me: me, log: log, ln: ln, addr: adv,
 		client: &http.Client{Timeout: timeout, Transport: &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: time.Minute}},
-		inbox:  map[string]Report{}, addrs: map[string]string{}, acks: map[string]ackState{}, inflight: map[string]bool{}, refused: map[string]refusal{}}
+		inbox:  map[string]Report{}, addrs: map[string]string{}, acks: map[string]ackState{}, inflight: map[string]bool{}, queued: map[string]queuedReport{}, refused: map[string]refusal{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+reportRoute, p.handleReport)
 	mux.HandleFunc("GET "+assignmentRoute, p.handleAssignment)
@@ -191,6 +200,7 @@ func (p *peers) forget(id string) {
 	delete(p.addrs, id)
 	delete(p.inbox, id)
 	delete(p.acks, id)
+	delete(p.queued, id)
 	delete(p.refused, id)
 }
 
@@ -220,9 +230,12 @@ func (p *peers) lastAcks() map[string]ackState {
 	return maps.Clone(p.acks)
 }
 
-// broadcast sends rep to every known peer, one request in flight per peer
-// (a peer still answering the previous one is skipped: it is slow or gone,
-// and the next report will do). It does not wait for the answers.
+// broadcast sends rep to every known peer, one request in flight per peer.
+// A peer still answering the previous one is slow (or gone): rep waits, in
+// place of any older report waiting, and its sender posts it as soon as
+// that answer ends, so one slow answer costs the peer's view of this broker
+// the time it took, not a whole report interval more. It does not wait for
+// the answers.
 func (p *peers) broadcast(rep Report, now time.Time) {
 	data, err := json.Marshal(rep)
 	if err != nil {
@@ -240,6 +253,7 @@ func (p *peers) broadcast(rep Report, now time.Time) {
 	sort.Strings(ids)
 	for _, id := range ids {
 		if p.inflight[id] {
+			p.queued[id] = queuedReport{data: data, sentAt: now}
 			continue
 		}
 		p.inflight[id] = true
@@ -248,14 +262,32 @@ func (p *peers) broadcast(rep Report, now time.Time) {
 	}
 }
 
-// send posts one report to one peer and records its answer. Owned by
-// peers (close waits for it); bounded by the client's timeout.
+// send posts reports to one peer, starting with data, and goes on with
+// the report queued meanwhile (broadcast) until none is; it records each
+// answer. Runs as the peer's one sender (close waits for it); each post is
+// bounded by the client's timeout.
 func (p *peers) send(id, addr string, data []byte, sentAt time.Time) {
 	defer p.wg.Done()
-	ack, err := p.post(addr, data)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.inflight, id)
+	for {
+		ack, err := p.post(addr, data)
+		p.mu.Lock()
+		p.record(id, addr, sentAt, ack, err)
+		q, ok := p.queued[id]
+		delete(p.queued, id)
+		next, known := p.addrs[id]
+		if !ok || !known || p.closed {
+			delete(p.inflight, id)
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+		addr, data, sentAt = next, q.data, q.sentAt
+	}
+}
+
+// record notes the outcome of a report sent to id at addr. Called with
+// p.mu held.
+func (p *peers) record(id, addr string, sentAt time.Time, ack peerAck, err error) {
 	if err != nil {
 		p.log.Debug("report to peer failed", "peer", id, "addr", addr, "err", err)
 		if errors.Is(err, syscall.ECONNREFUSED) {

@@ -924,18 +924,21 @@ func (r *Runtime) readRemovals() {
 }
 
 // Abort ends the loop without a stopped report or resignation, as a crash
-// would (used by the in-process harness to simulate kill -9).
+// would (used by the in-process harness to simulate kill -9). The network
+// side goes first, as a killed process's sockets do: the loop may be
+// waiting on the volume (a stalled call ends when the file server says),
+// and its peers must not go on hearing it meanwhile.
 func (r *Runtime) Abort() {
 	if r.cancel == nil {
 		return
 	}
 	r.cancel()
-	<-r.done
-	<-r.beat
-	r.leader.Store(false)
 	if r.peers != nil {
 		r.peers.close()
 	}
+	<-r.done
+	<-r.beat
+	r.leader.Store(false)
 }
 
 // Pause stops the loop's work for d (reports, polls, control), as a brief
