@@ -181,31 +181,62 @@ func committedOut(t *testing.T, c *Cluster) int {
 	return len(readCommittedValues(t, c, "eos-out", 0))
 }
 
-// readCommittedValues reads a topic with read_committed until want values
-// arrived or the stream went quiet.
+// readCommittedValues reads a topic with read_committed. With want > 0 it
+// reads until want values arrived (for at most readCommittedWait: a fresh
+// client may first meet a partition still moving off a killed broker), then
+// two quiet seconds more for duplicates; with want 0, until two quiet
+// seconds. Short of want, it logs each partition's ends.
 func readCommittedValues(t *testing.T, c *Cluster, topic string, want int) []string {
 	t.Helper()
 	cl := client(t, c, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	defer cl.Close()
 	var out []string
 	quiet := 0
-	for quiet < 2 {
+	deadline := time.Now().Add(readCommittedWait)
+	for quiet < 2 || (len(out) < want && time.Now().Before(deadline)) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		recs := cl.PollFetches(ctx).Records()
 		cancel()
 		if len(recs) == 0 {
 			quiet++
+		} else {
+			quiet = 0
 		}
 		for _, r := range recs {
 			out = append(out, string(r.Value))
 		}
-		if want > 0 && len(out) >= want {
-			// read a little longer for duplicates
-			want = 0
-		}
 	}
-	cl.Close()
+	if len(out) < want {
+		logEnds(t, c, topic)
+	}
 	return out
+}
+
+// readCommittedWait bounds readCommittedValues' wait for what it expects.
+const readCommittedWait = 30 * time.Second
+
+// logEnds logs each partition's last stable and high-water offsets, as a
+// fresh client sees them.
+func logEnds(t *testing.T, c *Cluster, topic string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(client(t, c))
+	stable, err := adm.ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		t.Logf("list committed ends of %s: %v", topic, err)
+		return
+	}
+	high, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Logf("list ends of %s: %v", topic, err)
+		return
+	}
+	stable.Each(func(o kadm.ListedOffset) {
+		h, _ := high.Lookup(topic, o.Partition)
+		t.Logf("%s[%d]: last stable %d (%v), high water %d (%v), leader epoch %d", topic, o.Partition, o.Offset, o.Err, h.Offset, h.Err, o.LeaderEpoch)
+	})
 }
 
 // TestTxnCoordinatorKilledAfterWritesCommitsOrAbortsWhole kills the
