@@ -29,7 +29,8 @@ package broker
 // round trip for every answer while the broker lives. A refused dial is
 // reused for probeFresh; one that timed out or failed otherwise (an address
 // that cannot be reached) for probeUnreachable, so that answers naming an
-// unreachable broker do not each wait out a dial.
+// unreachable broker do not each wait out a dial. The probe of an address
+// that no listed broker has any more is dropped, its connection closed.
 
 import (
 	"context"
@@ -68,7 +69,7 @@ type probe struct {
 
 // gone reports whether the broker's client address refuses connections.
 func (b *Broker) gone(bi BrokerInfo) bool {
-	addr := net.JoinHostPort(bi.Host, strconv.Itoa(int(bi.Port)))
+	addr := probeAddr(bi)
 	b.probes.mu.Lock()
 	p, ok := b.probes.m[addr]
 	switch {
@@ -106,6 +107,34 @@ func (b *Broker) gone(bi BrokerInfo) bool {
 		b.probes.m[addr] = probe{failedAt: time.Now()} // unreachable or slow: nothing learnt
 	}
 	return refused
+}
+
+// probeAddr is the address a broker is probed at: its client address.
+func probeAddr(bi BrokerInfo) string {
+	return net.JoinHostPort(bi.Host, strconv.Itoa(int(bi.Port)))
+}
+
+// pruneProbes drops the probes of addresses that no listed broker has any
+// more (a broker removed, or back at another address), closing their
+// connections: nothing would ever check them again.
+func (b *Broker) pruneProbes(listed map[int32]BrokerInfo) {
+	b.probes.mu.Lock()
+	defer b.probes.mu.Unlock()
+	if len(b.probes.m) == 0 {
+		return
+	}
+	addrs := make(map[string]bool, len(listed))
+	for _, bi := range listed {
+		addrs[probeAddr(bi)] = true
+	}
+	for addr, p := range b.probes.m {
+		if !addrs[addr] {
+			if p.conn != nil {
+				p.conn.Close()
+			}
+			delete(b.probes.m, addr)
+		}
+	}
 }
 
 // stillOpen reports whether the peer has not closed or reset an idle
@@ -151,6 +180,7 @@ func (b *Broker) goneLeader(resp *kmsg.MetadataResponse) bool {
 	for _, bi := range b.cfg.Cluster.Brokers() {
 		listed[bi.NodeID] = bi
 	}
+	b.pruneProbes(listed)
 	checked := map[int32]bool{}
 	for _, t := range resp.Topics {
 		if t.IsInternal {

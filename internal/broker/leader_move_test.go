@@ -2,8 +2,11 @@ package broker
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -331,10 +334,14 @@ func TestNewLeaderBehindTheClientCatchesUpBeforeAnswering(t *testing.T) {
 // awayAt is a movable Cluster whose other broker is listed at addr.
 type awayAt struct {
 	movable
-	port int32
+	port    int32
+	removed atomic.Bool // the other broker is no longer listed
 }
 
 func (a *awayAt) Brokers() []BrokerInfo {
+	if a.removed.Load() {
+		return []BrokerInfo{a.b.self()}
+	}
 	return []BrokerInfo{a.b.self(), {NodeID: otherNode, Host: "127.0.0.1", Port: a.port}}
 }
 
@@ -426,5 +433,48 @@ func TestMetadataWaitsForAGoneLeaderOnlyGoneLeaderWait(t *testing.T) {
 	}
 	if waited := time.Since(start); waited < 300*time.Millisecond {
 		t.Fatalf("answered after %v, before GoneLeaderWait (300ms): the gone leader was not waited for", waited)
+	}
+}
+
+// TestProbeOfARemovedBrokerIsClosed: the connection a broker keeps open to
+// probe another (gone_leaders.go) is closed once that broker is no longer
+// listed. Before, it stayed open for good: nothing checks the address of a
+// broker no answer names, so each broker removed (or back at a new address)
+// left a connection behind.
+func TestProbeOfARemovedBrokerIsClosed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	a := &awayAt{port: int32(ln.Addr().(*net.TCPAddr).Port)}
+	b := startBroker(t, t.TempDir(), func(c *Config) { c.Cluster = a })
+	a.b = b
+	createTopic(t, client(t, b), "pr", 1, nil)
+	a.moveAway() // led by the other broker, which accepts connections
+
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	if l := metadataLeader(t, b, "pr"); l != otherNode {
+		t.Fatalf("metadata named %d, want %d", l, otherNode)
+	}
+	var probe net.Conn
+	select {
+	case probe = <-accepted:
+		defer probe.Close()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the broker never probed the other broker's address")
+	}
+
+	a.removed.Store(true)
+	a.moveTo(0)
+	metadataLeader(t, b, "pr")
+	_ = probe.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := probe.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("the probe of a broker no longer listed is still open: read %d, %v", n, err)
 	}
 }
