@@ -62,6 +62,7 @@ func (b *Broker) handleFetch(ctx context.Context, c *conn, req wire.Request) fun
 	return func() kmsg.Response {
 		b.catchUp(ctx, b.fetchEpochs(r))
 		resp := b.longPoll(ctx, r)
+		b.redirectMoved(ctx, r, resp) // moved_fetch.go
 		b.hintFetch(r, resp)
 		return resp
 	}
@@ -191,7 +192,7 @@ func (b *Broker) fetchOnce(r *kmsg.FetchRequest) (*kmsg.FetchResponse, int, bool
 				fail(storageError(err))
 				continue
 			}
-			if e := checkLeaderEpoch(rp.CurrentLeaderEpoch, p.epoch); e != nil {
+			if e := checkLeaderEpoch(rp.CurrentLeaderEpoch, p.epoch); e != nil && !(e == kerr.FencedLeaderEpoch && servesOlderEpoch(r)) {
 				fail(e)
 				continue
 			}

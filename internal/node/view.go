@@ -92,6 +92,16 @@ func (v *view) Refresh() {
 	}
 }
 
+// Settled implements broker.Settler: every live broker acts on the
+// assignment this broker acts on, or a newer one.
+func (v *view) Settled() bool {
+	if v.rt == nil {
+		return false
+	}
+	a := v.rt.Current()
+	return a != nil && v.rt.Settled(a)
+}
+
 // Ready implements the broker's readiness check: an applied assignment
 // lists this broker alive.
 func (v *view) Ready() bool {
