@@ -63,7 +63,7 @@ func (b *Broker) redirectMoved(ctx context.Context, r *kmsg.FetchRequest, resp *
 		return
 	}
 	s, ok := b.cfg.Cluster.(Settler)
-	if !ok || !b.movedToListed(r, resp, false) {
+	if !ok || !anyNotLeader(resp) || !b.movedToListed(r, resp, false) {
 		return
 	}
 	if !s.Settled() {
@@ -73,6 +73,19 @@ func (b *Broker) redirectMoved(ctx context.Context, r *kmsg.FetchRequest, resp *
 		}
 	}
 	b.movedToListed(r, resp, true)
+}
+
+// anyNotLeader reports whether a partition of resp is refused with
+// NOT_LEADER_OR_FOLLOWER (the common answer has none: nothing to look up).
+func anyNotLeader(resp *kmsg.FetchResponse) bool {
+	for _, st := range resp.Topics {
+		for _, sp := range st.Partitions {
+			if sp.ErrorCode == kerr.NotLeaderForPartition.Code {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // movedToListed reports whether a partition of resp is refused with
