@@ -16,9 +16,10 @@ package broker
 // coordinator then pointed at a broker its pool had dropped) missed its
 // session in 2 of 4 runs (docs/conformance.md).
 // The wait ends when no broker named is gone any more (the partitions moved,
-// or the broker is back on its address), when the request is abandoned or
-// the broker closes, or after GoneLeaderWait, when the answer goes out as it
-// is. A broker that is frozen or slow still accepts connections and is not
+// or the broker is back on its address) and every live broker acts on the
+// assignment that moved them (the new leader serves), when the request is
+// abandoned or the broker closes, or after GoneLeaderWait, when the answer
+// goes out as it is. A broker that is frozen or slow still accepts connections and is not
 // waited for; neither is one whose address cannot be reached at all (the
 // probe times out), which the cluster judges by its report TTL.
 //
@@ -202,18 +203,29 @@ func (b *Broker) goneLeader(resp *kmsg.MetadataResponse) bool {
 
 // awaitLiveLeaders holds a Metadata answer while it names a gone leader
 // (see the file comment), for at most GoneLeaderWait, bringing its brokers,
-// controller and leaders up to date as the assignment changes; the leaders
-// are probed again every probeFresh, since a broker back on its address
-// ends the wait without a new assignment.
+// controller and leaders up to date as the assignment changes; it checks
+// again every settledTick, since a broker back on its address (probes are
+// reused for probeFresh) or the other brokers applying the move end the wait
+// without a new assignment here.
 func (b *Broker) awaitLiveLeaders(ctx context.Context, resp *kmsg.MetadataResponse) {
 	if !b.goneLeader(resp) {
 		return
 	}
 	b.log.Info("metadata answer waits: a partition leader's address refuses connections", "max_wait", b.cfg.GoneLeaderWait)
-	b.awaitApplied(ctx, b.cfg.GoneLeaderWait, probeFresh, func() bool { // catch_up.go
+	b.awaitApplied(ctx, b.cfg.GoneLeaderWait, settledTick, func() bool { // catch_up.go
 		b.refreshMetadata(resp)
-		return b.goneLeader(resp)
+		return b.goneLeader(resp) || !b.settled()
 	})
+}
+
+// settled reports whether every live broker acts on the assignment this
+// broker acts on (true for a Cluster that cannot tell): a held Metadata
+// answer names the new leaders only once they serve, since a client sent to
+// one that has not applied the move yet is refused NOT_LEADER_OR_FOLLOWER,
+// and kafkajs rejoins its group on that.
+func (b *Broker) settled() bool {
+	s, ok := b.cfg.Cluster.(Settler)
+	return !ok || s.Settled()
 }
 
 // refreshMetadata rewrites the brokers, the controller and the partition

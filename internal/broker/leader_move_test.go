@@ -334,9 +334,12 @@ func TestNewLeaderBehindTheClientCatchesUpBeforeAnswering(t *testing.T) {
 // awayAt is a movable Cluster whose other broker is listed at addr.
 type awayAt struct {
 	movable
-	port    int32
-	removed atomic.Bool // the other broker is no longer listed
+	port      int32
+	removed   atomic.Bool // the other broker is no longer listed
+	unsettled atomic.Bool // not every broker acts on the assignment yet
 }
+
+func (a *awayAt) Settled() bool { return !a.unsettled.Load() }
 
 func (a *awayAt) Brokers() []BrokerInfo {
 	if a.removed.Load() {
@@ -420,6 +423,30 @@ func TestMetadataRightAfterALeaderIsKilledNamesItsSuccessor(t *testing.T) {
 	a.moveAway()
 	if l := metadataLeader(t, b, "gl"); l != otherNode {
 		t.Fatalf("a live leader: metadata named %d, want %d", l, otherNode)
+	}
+}
+
+// TestMetadataHeldForAKilledLeaderNamesItsSuccessorOnceItServes: a
+// Metadata answer held for a killed leader went out as soon as this broker
+// applied the move, naming a successor that had not applied it yet; kafkajs
+// fetched there, was refused NOT_LEADER_OR_FOLLOWER, and rejoined its group
+// (controller-kill9: 2 rebalances and an ILLEGAL_GENERATION, where it has
+// none). The answer now waits until every live broker acts on the move.
+func TestMetadataHeldForAKilledLeaderNamesItsSuccessorOnceItServes(t *testing.T) {
+	a, b := startAway(t, 20*time.Second, "gs")
+	a.unsettled.Store(true)
+	start := time.Now()
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		a.moveTo(0) // moved here; the other brokers have not applied it yet
+		time.Sleep(400 * time.Millisecond)
+		a.unsettled.Store(false)
+	}()
+	if l := metadataLeader(t, b, "gs"); l != 0 {
+		t.Fatalf("metadata named %d, want 0 (the successor)", l)
+	}
+	if waited := time.Since(start); waited < 600*time.Millisecond {
+		t.Fatalf("answered after %v, before every broker acted on the move (600ms)", waited)
 	}
 }
 
