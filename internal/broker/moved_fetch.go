@@ -37,8 +37,8 @@ import (
 // acts on the assignment this broker acts on.
 type Settler interface{ Settled() bool }
 
-// settledTick is how often a redirect waiting for the cluster to settle
-// checks again.
+// settledTick is how often a wait for the cluster to settle (a fetch
+// redirect here, a held Metadata answer in gone_leaders.go) checks again.
 const settledTick = 50 * time.Millisecond
 
 // followsReplicas reports whether a fetch is from a consumer at a version
