@@ -194,18 +194,37 @@ func (r *Registry) removeStaleStaging(now time.Time) {
 }
 
 // Refresh re-reads the directory so that topics created or deleted by other
-// brokers become visible. Unreadable files are skipped with a log line.
+// brokers become visible. Unreadable files are skipped with a log line. A
+// topic created, deleted or changed here while the directory was being read
+// makes it read again (at most refreshTries times; then the maps are left as
+// they are until the next refresh): the listing may be older than that
+// change, and putting it in place would undo it.
 func (r *Registry) Refresh() error {
+	for range refreshTries {
+		done, err := r.refreshOnce()
+		if err != nil || done {
+			return err
+		}
+	}
+	return nil
+}
+
+// refreshTries bounds the directory reads of one Refresh.
+const refreshTries = 3
+
+// refreshOnce reads the directory and puts what it found in place, unless
+// the registry changed meanwhile (done false).
+func (r *Registry) refreshOnce() (done bool, err error) {
+	r.mu.RLock()
+	old, oldStamps, gen := maps.Clone(r.byName), maps.Clone(r.stamps), r.gen
+	r.mu.RUnlock()
 	ents, err := os.ReadDir(r.dir)
 	if err != nil {
-		return fmt.Errorf("topics: list: %w", err)
+		return false, fmt.Errorf("topics: list: %w", err)
 	}
 	byName := make(map[string]*Topic, len(ents))
 	byID := make(map[ID]*Topic, len(ents))
 	stamps := make(map[string]fsutil.Version, len(ents))
-	r.mu.RLock()
-	old, oldStamps := r.byName, r.stamps
-	r.mu.RUnlock()
 	for _, e := range ents {
 		n := e.Name()
 		if !strings.HasSuffix(n, ".json") || strings.HasPrefix(n, ".") {
@@ -234,12 +253,15 @@ func (r *Registry) Refresh() error {
 		stamps[name] = st
 	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gen != gen {
+		return false, nil // changed here meanwhile: read again
+	}
 	if !maps.Equal(stamps, r.stamps) {
 		r.gen++
 	}
 	r.byName, r.byID, r.stamps, r.listed = byName, byID, stamps, time.Now()
-	r.mu.Unlock()
-	return nil
+	return true, nil
 }
 
 func (r *Registry) read(name string) (*Topic, error) {
