@@ -608,9 +608,10 @@ func (b *Broker) logOptions(t *topics.Topic, epoch int32) storage.Options {
 // AssignmentChanged tells the broker that leadership may have moved: it
 // closes the logs of partitions it no longer leads at their epoch, wakes
 // the fetches parked on them and the requests waiting to catch up with a
-// client (catchUp).
+// client (catchUp), and drops the probes of brokers no longer listed.
 func (b *Broker) AssignmentChanged() {
 	b.dropStalePartitions()
+	b.pruneProbes() // gone_leaders.go
 	b.applied.broadcast()
 }
 

@@ -117,15 +117,16 @@ func probeAddr(bi BrokerInfo) string {
 
 // pruneProbes drops the probes of addresses that no listed broker has any
 // more (a broker removed, or back at another address), closing their
-// connections: nothing would ever check them again.
-func (b *Broker) pruneProbes(listed map[int32]BrokerInfo) {
+// connections: nothing would ever check them again. Run on each applied
+// assignment (AssignmentChanged), the only time the list changes.
+func (b *Broker) pruneProbes() {
 	b.probes.mu.Lock()
 	defer b.probes.mu.Unlock()
 	if len(b.probes.m) == 0 {
 		return
 	}
-	addrs := make(map[string]bool, len(listed))
-	for _, bi := range listed {
+	addrs := map[string]bool{}
+	for _, bi := range b.cfg.Cluster.Brokers() {
 		addrs[probeAddr(bi)] = true
 	}
 	for addr, p := range b.probes.m {
@@ -181,7 +182,6 @@ func (b *Broker) goneLeader(resp *kmsg.MetadataResponse) bool {
 	for _, bi := range b.cfg.Cluster.Brokers() {
 		listed[bi.NodeID] = bi
 	}
-	b.pruneProbes(listed)
 	checked := map[int32]bool{}
 	for _, t := range resp.Topics {
 		if t.IsInternal {

@@ -66,11 +66,9 @@ func (b *Broker) redirectMoved(ctx context.Context, r *kmsg.FetchRequest, resp *
 	if !ok || !anyNotLeader(resp) || !b.movedToListed(r, resp, false) {
 		return
 	}
+	b.awaitApplied(ctx, time.Duration(r.MaxWaitMillis)*time.Millisecond, settledTick, func() bool { return !s.Settled() })
 	if !s.Settled() {
-		b.awaitApplied(ctx, time.Duration(r.MaxWaitMillis)*time.Millisecond, settledTick, func() bool { return !s.Settled() })
-		if !s.Settled() {
-			return
-		}
+		return
 	}
 	b.movedToListed(r, resp, true)
 }
