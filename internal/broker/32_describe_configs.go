@@ -48,7 +48,7 @@ func (b *Broker) handleDescribeConfigs(_ context.Context, c *conn, req wire.Requ
 		readOnly := false
 		switch rr.ResourceType {
 		case kmsg.ConfigResourceTypeTopic:
-			t, ok := b.topics.Get(rr.ResourceName)
+			t, ok := b.topics.Fresh(rr.ResourceName) // as the controller left it, even just now
 			if !ok {
 				t, ok = b.internalTopic(rr.ResourceName)
 			}

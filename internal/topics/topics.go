@@ -308,6 +308,45 @@ func (r *Registry) Get(name string) (*Topic, bool) {
 	return t, true
 }
 
+// Fresh returns a topic as its file holds it now: the cached copy if the
+// file is the one last read here, else the file read again and cached. For
+// answers that must show a change another broker has just made (a
+// DescribeConfigs right after an alter the controller answered); the hot
+// paths use Get, which refreshes at most once a second.
+func (r *Registry) Fresh(name string) (*Topic, bool) {
+	if ValidateName(name) != nil {
+		return nil, false
+	}
+	info, err := os.Stat(r.path(name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false
+	}
+	if err != nil {
+		r.log.Warn("topic file unreadable; its cached copy answers", "topic", name, "err", err)
+		return r.Get(name)
+	}
+	st := fsutil.VersionOf(info)
+	r.mu.RLock()
+	t, ok := r.byName[name]
+	cached := r.stamps[name]
+	r.mu.RUnlock()
+	if ok && cached == st {
+		return t, true
+	}
+	if t, err = r.read(name); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, false
+		}
+		r.log.Warn("topic file unreadable; its cached copy answers", "topic", name, "err", err)
+		return r.Get(name)
+	}
+	r.mu.Lock()
+	r.byName[name], r.byID[t.ID], r.stamps[name] = t, t, st
+	r.gen++
+	r.mu.Unlock()
+	return t, true
+}
+
 // ByID returns the topic with id, if known.
 func (r *Registry) ByID(id ID) (*Topic, bool) {
 	r.mu.RLock()
