@@ -1,7 +1,6 @@
 package cgroup
 
 import (
-	"cmp"
 	"slices"
 	"sort"
 )
@@ -65,9 +64,15 @@ func assignUniform(subs map[string][]string, prev map[string]map[TP]struct{}, im
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
+	// The subscribed topics, in id order: all holds their partitions in
+	// that order, each topic's as one run from its first index.
+	type subscribed struct {
+		t        Topic
+		first    int
+		eligible []bool // by member index
+	}
 	topicOf := map[TopicID]int{}
-	var eligible [][]bool // by topic index, then member index
-	var all []TP
+	var topics []subscribed
 	for i, id := range ids {
 		for _, n := range subs[id] {
 			t, ok := im.ByName(n)
@@ -76,34 +81,42 @@ func assignUniform(subs map[string][]string, prev map[string]map[TP]struct{}, im
 			}
 			ti, seen := topicOf[t.ID]
 			if !seen {
-				ti = len(eligible)
+				ti = len(topics)
 				topicOf[t.ID] = ti
-				eligible = append(eligible, make([]bool, len(ids)))
-				for p := int32(0); p < t.Partitions; p++ {
-					all = append(all, TP{t.ID, p})
-				}
+				topics = append(topics, subscribed{t: t, eligible: make([]bool, len(ids))})
 			}
-			eligible[ti][i] = true
+			topics[ti].eligible[i] = true
 		}
 	}
-	sortTPs(all)
-	at := make(map[TP]int, len(all))
+	slices.SortFunc(topics, func(a, b subscribed) int { return compareID(a.t.ID, b.t.ID) })
+	var all []TP
+	var eligible [][]bool // by topic index, then member index
+	for ti := range topics {
+		t := &topics[ti]
+		topicOf[t.t.ID], t.first = ti, len(all)
+		eligible = append(eligible, t.eligible)
+		for p := int32(0); p < t.t.Partitions; p++ {
+			all = append(all, TP{t.t.ID, p})
+		}
+	}
 	topic := make([]int, len(all)) // each partition's topic index
 	owner := make([]int, len(all)) // each partition's member index, -1: none
-	for k, tp := range all {
-		at[tp], topic[k], owner[k] = k, topicOf[tp.Topic], -1
+	for ti, t := range topics {
+		for k := t.first; k < t.first+int(t.t.Partitions); k++ {
+			topic[k], owner[k] = ti, -1
+		}
 	}
 	count := make([]int, len(ids))
-	// Sticky: keep what the previous target gave, where still valid.
+	// Sticky: keep what the previous target gave, where still valid. The
+	// order within a member does not matter: its partitions are distinct.
 	for i, id := range ids {
-		kept := make([]TP, 0, len(prev[id]))
 		for tp := range prev[id] {
-			kept = append(kept, tp)
-		}
-		sortTPs(kept)
-		for _, tp := range kept {
-			k, ok := at[tp] // a partition of a topic the member subscribes to, in the image
-			if !ok || !eligible[topic[k]][i] || owner[k] >= 0 {
+			ti, ok := topicOf[tp.Topic] // a topic some member subscribes to, in the image
+			if !ok || !eligible[ti][i] || tp.Partition < 0 || tp.Partition >= topics[ti].t.Partitions {
+				continue
+			}
+			k := topics[ti].first + int(tp.Partition)
+			if owner[k] >= 0 {
 				continue
 			}
 			owner[k] = i
@@ -173,13 +186,4 @@ func assignUniform(subs map[string][]string, prev map[string]map[TP]struct{}, im
 		}
 	}
 	return out
-}
-
-func sortTPs(tps []TP) {
-	slices.SortFunc(tps, func(a, b TP) int {
-		if c := compareID(a.Topic, b.Topic); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Partition, b.Partition)
-	})
 }

@@ -187,6 +187,7 @@ func FromClassic(id string, cfg Config, now time.Time, im *Image, cg ClassicGrou
 // commits do while a classic group prepares a rebalance; the rebalance
 // then moves the generation past every epoch the group had.
 func (g *Group) ToClassic(im *Image) (ClassicGroup, error) {
+	g.invalidate()
 	var cg ClassicGroup
 	ids := g.memberIDs()
 	members := make([]*member, 0, len(ids))
@@ -336,6 +337,7 @@ func (g *Group) supported(protocolType string, protocols []Protocol, skip string
 // protocol's metadata, reconciles one step as a heartbeat would, and is
 // answered at once with its member epoch as the generation.
 func (g *Group) ClassicJoin(now time.Time, im *Image, in ClassicJoinInput) (ClassicJoinResult, Output) {
+	g.invalidate()
 	var out Output
 	fail := func(code Code, id string) (ClassicJoinResult, Output) {
 		return ClassicJoinResult{Err: code, MemberID: id, Generation: -1}, out
@@ -517,6 +519,7 @@ type ClassicSyncResult struct {
 // ClassicSync answers a classic member its current assignment, encoded as a
 // ConsumerProtocol assignment in the version of its subscription.
 func (g *Group) ClassicSync(now time.Time, im *Image, in ClassicSyncInput) (ClassicSyncResult, Output) {
+	g.invalidate()
 	var out Output
 	m, code := g.classicMember(in.MemberID, in.InstanceID)
 	switch {
@@ -541,6 +544,7 @@ func (g *Group) ClassicSync(now time.Time, im *Image, in ClassicSyncInput) (Clas
 // ClassicHeartbeat serves a Heartbeat from a classic member of a consumer
 // group: REBALANCE_IN_PROGRESS when it has a reconciliation step to take.
 func (g *Group) ClassicHeartbeat(now time.Time, memberID string, instanceID *string, generation int32) (Code, Output) {
+	g.invalidate()
 	var out Output
 	m, code := g.classicMember(memberID, instanceID)
 	switch {
@@ -566,6 +570,7 @@ type ClassicLeaver struct {
 // ClassicLeave removes the members a LeaveGroup names, of either protocol,
 // with a code for each.
 func (g *Group) ClassicLeave(now time.Time, im *Image, leavers []ClassicLeaver) ([]Code, Output) {
+	g.invalidate()
 	var out Output
 	codes := make([]Code, len(leavers))
 	for i, l := range leavers {

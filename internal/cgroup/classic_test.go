@@ -274,6 +274,7 @@ func randomMixedRun(t *testing.T, seed uint64) {
 	check := func(step string) {
 		t.Helper()
 		f.checkDisjoint()
+		f.checkEncoding()
 		seen := map[TP]string{}
 		for _, c := range clients {
 			for tp := range c.owned {

@@ -253,6 +253,7 @@ func (g *Group) Snapshot() Snapshot {
 // now, and a member revoking partitions gets its whole rebalance timeout
 // again.
 func (g *Group) Restore(now time.Time, s Snapshot) error {
+	g.invalidate()
 	members := map[string]*member{}
 	static := map[string]string{}
 	target := map[string]map[TP]struct{}{}

@@ -95,6 +95,10 @@ type Group struct {
 	// none), so that a shell whose timer is armed no later than it need
 	// not scan every member (NextDeadline) after each heartbeat.
 	soonest time.Time
+	// enc keeps each member's encoding in the snapshot, encIDs the sorted
+	// member ids (AppendSnapshot); invalidate drops them.
+	enc    map[string]encodedMember
+	encIDs []string
 }
 
 // New returns an empty group at epoch 0.
@@ -215,6 +219,7 @@ func (g *Group) NextDeadline() time.Time {
 // Expire removes members whose session expired and fences those that did
 // not give up their partitions within their rebalance timeout.
 func (g *Group) Expire(now time.Time, im *Image) Output {
+	g.invalidate()
 	var out Output
 	ids := g.memberIDs()
 	for _, id := range ids {

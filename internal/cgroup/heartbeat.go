@@ -91,6 +91,19 @@ func (g *Group) validate(in HeartbeatInput) (Code, string) {
 
 // Heartbeat serves one ConsumerGroupHeartbeat.
 func (g *Group) Heartbeat(now time.Time, im *Image, in HeartbeatInput) (HeartbeatResult, Output) {
+	targetEpoch := g.targetEpoch
+	res, out := g.heartbeat(now, im, in)
+	if in.MemberEpoch == LeaveEpoch || in.MemberEpoch == StaticLeaveEpoch || g.targetEpoch != targetEpoch {
+		g.invalidate()
+	} else {
+		// Only the member the heartbeat speaks for changed (a static
+		// member replaced is another member under another id).
+		g.invalidate(in.MemberID, res.MemberID)
+	}
+	return res, out
+}
+
+func (g *Group) heartbeat(now time.Time, im *Image, in HeartbeatInput) (HeartbeatResult, Output) {
 	var out Output
 	if code, msg := g.validate(in); code != ErrNone {
 		return g.fail(code, msg), out

@@ -77,6 +77,7 @@ func randomRun(t *testing.T, seed uint64) {
 	check := func(step string) {
 		t.Helper()
 		f.checkDisjoint()
+		f.checkEncoding()
 		if soonest := f.g.SoonestSet(); armed.IsZero() || (!soonest.IsZero() && soonest.Before(armed)) {
 			armed = f.g.NextDeadline()
 		}

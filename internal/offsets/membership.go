@@ -114,10 +114,15 @@ func decodeMembership(raw json.RawMessage) (*Membership, error) {
 
 // appendMembership appends the membership section (with its leading comma).
 // encoding/json writes it: field order is fixed and strings are escaped the
-// same way at every write, so equal states give equal bytes.
+// same way at every write, so equal states give equal bytes. A consumer
+// group's state, last in the section, is appended as it is: encoding/json
+// would scan its tens of kilobytes again to compact them, at every write of
+// a group whose members are reconciling. It is compact JSON already (the
+// encoder's output, or the bytes this section held when it was read), and
+// the bytes are the same either way.
 func appendMembership(buf []byte, m *Membership) []byte {
 	doc := membershipDoc{ProtocolType: m.ProtocolType, Protocol: m.Protocol, Generation: m.Generation, Leader: m.Leader,
-		Rebalancing: m.Rebalancing, Members: make([]memberDoc, 0, len(m.Members)), ConsumerGroup: m.Consumer}
+		Rebalancing: m.Rebalancing, Members: make([]memberDoc, 0, len(m.Members))}
 	for _, mb := range m.Members {
 		d := memberDoc{MemberID: mb.ID, GroupInstanceID: mb.InstanceID, ClientID: mb.ClientID, ClientHost: mb.ClientHost,
 			SessionTimeoutMs: mb.SessionTimeoutMs, RebalanceTimeoutMs: mb.RebalanceTimeoutMs, Assignment: mb.Assignment,
@@ -132,7 +137,13 @@ func appendMembership(buf []byte, m *Membership) []byte {
 		panic(fmt.Sprintf("offsets: encode membership: %v", err)) // only strings, ints and bytes: cannot fail
 	}
 	buf = append(buf, `,"membership":`...)
-	return append(buf, b...)
+	if len(m.Consumer) == 0 {
+		return append(buf, b...)
+	}
+	buf = append(buf, b[:len(b)-1]...) // without its closing brace
+	buf = append(buf, `,"consumerGroup":`...)
+	buf = append(buf, m.Consumer...)
+	return append(buf, '}')
 }
 
 func cloneMembership(m *Membership) *Membership {

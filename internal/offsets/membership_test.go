@@ -194,3 +194,34 @@ func TestMembershipWriteFencedByANewerOwner(t *testing.T) {
 		t.Fatalf("file changed by a fenced owner:\n%s\n%s", before, after)
 	}
 }
+
+// TestConsumerGroupSectionIsWrittenAsEncodingJSONWouldWriteIt: the
+// consumer group state is appended as it is, without encoding/json's scan,
+// and the section is byte for byte what encoding/json gives, and reads
+// back to the same state.
+func TestConsumerGroupSectionIsWrittenAsEncodingJSONWouldWriteIt(t *testing.T) {
+	state, err := json.Marshal(map[string]any{"epoch": 7, "members": []any{map[string]any{"id": "m<1>&\"", "epoch": 7}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &Membership{ProtocolType: "consumer", Generation: 7, Consumer: state}
+	want, err := json.Marshal(membershipDoc{ProtocolType: "consumer", Generation: 7, Members: []memberDoc{}, ConsumerGroup: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := appendMembership(nil, m)
+	if string(got) != `,"membership":`+string(want) {
+		t.Fatalf("section differs from encoding/json:\n%s\n,\"membership\":%s", got, want)
+	}
+	var doc membershipDoc
+	if err := json.Unmarshal(got[len(`,"membership":`):], &doc); err != nil {
+		t.Fatal(err)
+	}
+	if string(doc.ConsumerGroup) != string(state) {
+		t.Fatalf("read back %s, want %s", doc.ConsumerGroup, state)
+	}
+	// A classic group's section has no consumer group state.
+	if b := appendMembership(nil, testMembership()); bytespkg.Contains(b, []byte("consumerGroup")) {
+		t.Fatalf("classic section names a consumer group: %s", b)
+	}
+}
