@@ -34,50 +34,51 @@ func TestMetadataRightAfterAKillNamesTheSurvivors(t *testing.T) {
 	if _, err := adm.CreateTopic(ctx, 3, 1, nil, "gone"); err != nil {
 		t.Fatal(err)
 	}
-	var md kadm.Metadata
+	// ask sends one Metadata request for the topic to addr alone (a new
+	// client sends its first request to its seed).
+	ask := func(addr string) (*kmsg.MetadataResponse, error) {
+		one, err := kgo.NewClient(kgo.SeedBrokers(addr))
+		if err != nil {
+			return nil, err
+		}
+		defer one.Close()
+		mr := kmsg.NewPtrMetadataRequest()
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr("gone")
+		mr.Topics = append(mr.Topics, mt)
+		return mr.RequestWith(ctx, one)
+	}
+	// The broker asked after the kill is the controller, and the victim a
+	// partition's leader as the controller names it. Each broker applies an
+	// assignment on its own poll: until the controller names a leader for
+	// every partition, its answer (LEADER_NOT_AVAILABLE) says nothing about
+	// the kill.
+	var victim int32 = -1
+	var part int32
+	var survivor string
 	testutil.WaitFor(t, 10*time.Second, func() error {
-		md, err = adm.Metadata(ctx, "gone")
+		ctrl := int32(c.Controller())
+		survivor = c.AllAddrs()[ctrl]
+		md, err := ask(survivor)
 		if err != nil {
 			return err
 		}
-		for _, p := range md.Topics["gone"].Partitions {
-			if p.Leader < 0 {
-				return fmt.Errorf("partition %d has no leader yet", p.Partition)
+		victim = -1
+		for _, p := range md.Topics[0].Partitions {
+			if p.ErrorCode != 0 || p.Leader < 0 {
+				return fmt.Errorf("partition %d has no leader yet at the controller", p.Partition)
 			}
+			if p.Leader != ctrl {
+				victim, part = p.Leader, p.Partition
+			}
+		}
+		if victim < 0 {
+			return fmt.Errorf("every partition is led by the controller")
 		}
 		return nil
 	})
-	// A partition led by a broker that is not the controller.
-	var victim int32 = -1
-	var part int32
-	for _, p := range md.Topics["gone"].Partitions {
-		if p.Leader != int32(c.Controller()) {
-			victim, part = p.Leader, p.Partition
-			break
-		}
-	}
-	if victim < 0 {
-		t.Fatal("every partition is led by the controller")
-	}
-	var survivor string
-	for i, a := range c.AllAddrs() {
-		if int32(i) != victim {
-			survivor = a
-			break
-		}
-	}
 	c.Kill(int(victim))
-	one, err := kgo.NewClient(kgo.SeedBrokers(survivor))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer one.Close()
-	mr := kmsg.NewPtrMetadataRequest()
-	topic := "gone"
-	mt := kmsg.NewMetadataRequestTopic()
-	mt.Topic = &topic
-	mr.Topics = append(mr.Topics, mt)
-	resp, err := mr.RequestWith(ctx, one)
+	resp, err := ask(survivor)
 	if err != nil {
 		t.Fatal(err)
 	}
