@@ -71,7 +71,7 @@ type commonFlags struct {
 	RequestReadTimeout time.Duration `name:"request-read-timeout" default:"30s" help:"The bytes of one request must all arrive within this once its size is read."`
 	QueuedMaxBytes     int64         `name:"queued-max-request-bytes" default:"0" help:"Request bytes read and not yet answered over all connections, 0 for twice --max-frame-bytes (queued.max.request.bytes)."`
 	DeadAfter          time.Duration `name:"dead-after" default:"3s" help:"A broker whose reports stop for this long is dead."`
-	StallLimit         time.Duration `name:"volume-stall-limit" default:"15s" help:"How long a broker stays alive while its cluster loop waits on the volume (a network file system's stall); after it, its reports stop."`
+	StallLimit         time.Duration `name:"volume-stall-limit" default:"15s" help:"How long a broker stays alive while its cluster loop waits on one volume call (a network file system's stall); after it, its reports stop."`
 	AdminPprof         bool          `name:"admin-pprof" help:"Serve Go's profiler at /debug/pprof/ on the admin listener."`
 
 	Election electionFlags `embed:""` // elector.go

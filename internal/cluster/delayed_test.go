@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,8 +36,12 @@ type delayedDisk struct {
 	// born. Zero: no call stalls.
 	stallTick time.Duration
 	stallOdds float64
-	born      time.Time
-	closed    chan struct{} // closed at the end of the test: no more stalls
+	// reportReadOdds is the probability that reading a liveness report
+	// file fails (ESTALE, as NFS answers a read racing the rename that
+	// replaced the file). Zero: reads do not fail.
+	reportReadOdds float64
+	born           time.Time
+	closed         chan struct{} // closed at the end of the test: no more stalls
 
 	mu    sync.Mutex // guards files, seq
 	files map[string][]version
@@ -76,15 +81,28 @@ type delayedView struct {
 	d    *delayedDisk
 	me   string
 	hung atomic.Bool // every call blocks until the end of the test
+	// killed: the broker's process was killed (kill): no call starts
+	// any more; one the file server holds goes on to its end.
+	killed atomic.Bool
 }
 
-// wait holds a call as the file server would, or for good while hung.
-func (v *delayedView) wait() {
+// errKilled is what a killed broker's view answers to a call started after
+// the kill: a killed process makes no more calls, and its in-process
+// stand-in (whose loop goes on with the step it was in) must not either.
+var errKilled = errors.New("the broker was killed")
+
+// wait holds a call as the file server would, or for good while hung; it
+// refuses a call started after the kill.
+func (v *delayedView) wait() error {
+	if v.killed.Load() {
+		return errKilled
+	}
 	if v.hung.Load() {
 		<-v.d.closed
-		return
+		return nil
 	}
 	v.d.wait()
+	return nil
 }
 
 // delay is the view's delay for one write: a hash of both, in [0, max].
@@ -113,7 +131,9 @@ func (v *delayedView) put(path string, data []byte, deleted bool) {
 }
 
 func (v *delayedView) ReadDir(dir string) ([]string, error) {
-	v.wait()
+	if err := v.wait(); err != nil {
+		return nil, err
+	}
 	v.d.mu.Lock()
 	defer v.d.mu.Unlock()
 	now := time.Now()
@@ -131,7 +151,12 @@ func (v *delayedView) ReadDir(dir string) ([]string, error) {
 }
 
 func (v *delayedView) ReadFile(path string) ([]byte, error) {
-	v.wait()
+	if err := v.wait(); err != nil {
+		return nil, err
+	}
+	if filepath.Base(filepath.Dir(path)) == "brokers" && rand.Float64() < v.d.reportReadOdds {
+		return nil, &fs.PathError{Op: "read", Path: path, Err: syscall.ESTALE}
+	}
 	v.d.mu.Lock()
 	defer v.d.mu.Unlock()
 	w, ok := v.visible(path, time.Now())
@@ -142,7 +167,9 @@ func (v *delayedView) ReadFile(path string) ([]byte, error) {
 }
 
 func (v *delayedView) Stamp(path string) (string, error) {
-	v.wait()
+	if err := v.wait(); err != nil {
+		return "", err
+	}
 	v.d.mu.Lock()
 	defer v.d.mu.Unlock()
 	w, ok := v.visible(path, time.Now())
@@ -153,7 +180,9 @@ func (v *delayedView) Stamp(path string) (string, error) {
 }
 
 func (v *delayedView) WriteFile(path string, data []byte) error {
-	v.wait()
+	if err := v.wait(); err != nil {
+		return err
+	}
 	v.d.mu.Lock()
 	defer v.d.mu.Unlock()
 	v.put(path, data, false)
@@ -161,7 +190,9 @@ func (v *delayedView) WriteFile(path string, data []byte) error {
 }
 
 func (v *delayedView) CreateExclusive(path string, data []byte) error {
-	v.wait()
+	if err := v.wait(); err != nil {
+		return err
+	}
 	v.d.mu.Lock()
 	defer v.d.mu.Unlock()
 	if hist := v.d.files[path]; len(hist) > 0 && !hist[len(hist)-1].deleted {
@@ -172,7 +203,9 @@ func (v *delayedView) CreateExclusive(path string, data []byte) error {
 }
 
 func (v *delayedView) Remove(path string) error {
-	v.wait()
+	if err := v.wait(); err != nil {
+		return err
+	}
 	v.d.mu.Lock()
 	defer v.d.mu.Unlock()
 	if hist := v.d.files[path]; len(hist) > 0 && !hist[len(hist)-1].deleted {
@@ -255,6 +288,16 @@ func without(n, down int) (live []int, alive map[string]bool) {
 	return live, alive
 }
 
+// kill kills broker i as kill -9 would: its volume view starts no call
+// any more (one the file server holds ends as it would), then its runtime
+// aborts. Abort alone leaves the loop to finish its step, and on a volume
+// whose calls stall the rest of that step wrote reports for seconds after
+// the "kill": the broker's peers saw it alive again.
+func (c *delayedCluster) kill(i int) {
+	c.views[i].killed.Store(true)
+	c.rts[i].Abort()
+}
+
 // formed waits until the three brokers see each other alive and returns
 // the controller and its epoch.
 func (c *delayedCluster) formed() (ctrl int, epoch int64) {
@@ -331,7 +374,7 @@ func TestLivenessAndElectionOnADelayedVolume(t *testing.T) {
 	victim := (ctrl + 1) % 3
 	live, gone := without(3, victim)
 	killed := time.Now()
-	c.rts[victim].Abort()
+	c.kill(victim)
 	bound := 3*time.Second + time.Second + time.Second + 2*time.Second // dead-after + 1 s + one report interval + slack
 	if err := c.allSee(live, gone, bound+5*time.Second); err != nil {
 		t.Fatalf("kill -9 of kaas-%d not detected: %v", victim, err)
@@ -344,7 +387,7 @@ func TestLivenessAndElectionOnADelayedVolume(t *testing.T) {
 
 	// kill -9 of the controller.
 	killed = time.Now()
-	c.rts[ctrl].Abort()
+	c.kill(ctrl)
 	var other int
 	for _, i := range live {
 		if i != ctrl {
@@ -442,7 +485,7 @@ func TestIdleClusterOnAVolumeWhoseCallsStallDeclaresNobodyDead(t *testing.T) {
 	victim := (ctrl + 1) % 3
 	live, gone := without(3, victim)
 	killed := time.Now()
-	c.rts[victim].Abort()
+	c.kill(victim)
 	if err := c.allSee(live, gone, 30*time.Second); err != nil {
 		t.Fatalf("kill -9 of kaas-%d not detected: %v", victim, err)
 	}
@@ -500,7 +543,7 @@ func TestKilledBrokerIsDeclaredDeadOnlyAfterTheTTL(t *testing.T) {
 
 	victim := (ctrl + 1) % 3
 	killed := time.Now()
-	c.rts[victim].Abort()
+	c.kill(victim)
 	live, alive := without(3, victim)
 	if err := c.allSee(live, alive, ttl/2); err != nil {
 		t.Fatalf("kill -9 of kaas-%d not detected within half the TTL: %v", victim, err)
@@ -508,7 +551,7 @@ func TestKilledBrokerIsDeclaredDeadOnlyAfterTheTTL(t *testing.T) {
 	t.Logf("kill -9 of kaas-%d detected after %v (TTL %v)", victim, time.Since(killed).Round(10*time.Millisecond), ttl)
 
 	killed = time.Now()
-	c.rts[ctrl].Abort()
+	c.kill(ctrl)
 	rest := []int{frozen}
 	if err := testutil.Poll(ttl/2, func() error {
 		if now, e := c.controller(rest); now < 0 || e <= epoch {
@@ -528,4 +571,99 @@ func TestKilledBrokerIsDeclaredDeadOnlyAfterTheTTL(t *testing.T) {
 		t.Fatalf("kill -9 of the controller kaas-%d not taken over within half the TTL: %v", ctrl, err)
 	}
 	t.Logf("kill -9 of the controller kaas-%d taken over after %v (TTL %v)", ctrl, time.Since(killed).Round(10*time.Millisecond), ttl)
+}
+
+// TestBrokerWhoseVolumeCallsEachWaitATickIsNotDeclaredDead was the
+// defect: the heartbeat spoke for the loop only while the loop finished a
+// whole step within the stall limit, but a step is a dozen volume calls,
+// and on a file server that holds each conflicting call until its next
+// tick (CephFS: up to 5 s each) a step that makes progress call by call
+// took longer than the limit: a live, idle broker stopped reporting and was
+// declared dead, and was no longer fresh (it stopped serving its groups)
+// long before that. Here every call waits for the next 500 ms tick and the
+// stall limit is 2 s: steps take seconds, no call waits more than 500 ms,
+// and every broker must stay fresh and alive.
+func TestBrokerWhoseVolumeCallsEachWaitATickIsNotDeclaredDead(t *testing.T) {
+	disk := newDelayedDisk(0)
+	disk.stallTick, disk.stallOdds = 500*time.Millisecond, 1
+	c := startOnDisk(t, 3, disk, func(cfg *Config) { cfg.StallLimit = 2 * time.Second })
+	all := map[string]bool{"kaas-0": true, "kaas-1": true, "kaas-2": true}
+	if err := c.allSee([]int{0, 1, 2}, all, 60*time.Second); err != nil {
+		t.Fatalf("the cluster did not form: %v", err)
+	}
+	ctrl, epoch := c.controller([]int{0, 1, 2})
+	c.mu.Lock()
+	c.seen = nil // forming may mark a broker not yet heard dead
+	c.mu.Unlock()
+	if err := testutil.Poll(10*time.Second, func() error {
+		for i, r := range c.rts {
+			if !r.Fresh() {
+				return fmt.Errorf("kaas-%d not fresh", i)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	stale := map[int]int{}
+	samples := 0
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if now, e := c.controller([]int{0, 1, 2}); now >= 0 && (now != ctrl || e != epoch) {
+			t.Fatalf("the controller changed while idle: kaas-%d epoch %d, then kaas-%d epoch %d", ctrl, epoch, now, e)
+		}
+		for i, r := range c.rts {
+			if !r.Fresh() {
+				stale[i]++
+			}
+		}
+		samples++
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(stale) > 0 {
+		t.Errorf("brokers not fresh while idle (samples of %d), no volume call waiting more than 500 ms: %v", samples, stale)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.seen) > 0 {
+		t.Errorf("health changes while idle, no volume call waiting more than 500 ms: %v", c.seen)
+	}
+}
+
+// TestReportThatFailsToReadIsNotABrokerRemoved was the defect: a liveness
+// report file that could not be read was left out of the reports read, as
+// if its broker had been removed, and the controller declared a broker
+// missing from them dead at once, without --dead-after: itself included,
+// since its own report comes from the volume alone. On NFS a read that
+// races the rename replacing the file fails (ESTALE). Here three in ten
+// report reads fail: an unreadable report is no news, and nobody may be
+// declared dead.
+func TestReportThatFailsToReadIsNotABrokerRemoved(t *testing.T) {
+	disk := newDelayedDisk(0)
+	disk.reportReadOdds = 0.3
+	c := startOnDisk(t, 3, disk)
+	ctrl, epoch := c.formed()
+	c.mu.Lock()
+	c.seen = nil // forming may mark a broker not yet heard dead
+	c.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if now, e := c.controller([]int{0, 1, 2}); now >= 0 && (now != ctrl || e != epoch) {
+			t.Fatalf("the controller changed while idle: kaas-%d epoch %d, then kaas-%d epoch %d", ctrl, epoch, now, e)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.mu.Lock()
+	seen := slices.Clone(c.seen)
+	c.mu.Unlock()
+	if len(seen) > 0 {
+		t.Fatalf("health changes while idle, with report reads failing now and then: %v", seen)
+	}
+	// A broker killed is still declared dead.
+	victim := (ctrl + 1) % 3
+	live, gone := without(3, victim)
+	c.kill(victim)
+	if err := c.allSee(live, gone, 15*time.Second); err != nil {
+		t.Fatalf("kill -9 of kaas-%d not detected: %v", victim, err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -64,13 +65,16 @@ func writeReport(v Volume, dataDir string, r Report) error {
 	return v.WriteFile(filepath.Join(reportsDir(dataDir), r.ID+".json"), data)
 }
 
-// readReports reads every report file; unreadable ones are skipped (a torn
-// read is impossible with rename, but a foreign file may be there).
-func readReports(v Volume, dataDir string) (map[string]Report, error) {
+// readReports reads every report file. One listed but unreadable (a read
+// that failed: NFS answers ESTALE to one racing the rename that replaced
+// the file) is named in unreadable: its broker is not removed, there is no
+// news of it. One that is not a report (a foreign file) is skipped; a torn
+// one is impossible with rename.
+func readReports(v Volume, dataDir string) (reports map[string]Report, unreadable []string, err error) {
 	dir := reportsDir(dataDir)
 	names, err := v.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: list reports: %w", err)
+		return nil, nil, fmt.Errorf("cluster: list reports: %w", err)
 	}
 	out := make(map[string]Report, len(names))
 	for _, file := range names {
@@ -80,6 +84,7 @@ func readReports(v Volume, dataDir string) (map[string]Report, error) {
 		}
 		data, err := v.ReadFile(filepath.Join(dir, file))
 		if err != nil {
+			unreadable = append(unreadable, name)
 			continue
 		}
 		var r Report
@@ -88,7 +93,7 @@ func readReports(v Volume, dataDir string) (map[string]Report, error) {
 		}
 		out[name] = r
 	}
-	return out, nil
+	return out, unreadable, nil
 }
 
 // watcher tracks when each broker's report last changed, on the local
@@ -103,7 +108,10 @@ func newWatcher() *watcher {
 	return &watcher{last: map[string]Report{}, changed: map[string]time.Time{}}
 }
 
-func (w *watcher) observe(now time.Time, reports map[string]Report) {
+// observe notes the reports read at now. A broker whose report is gone
+// was removed and is forgotten; one named in unreadable keeps its last
+// report, which ages as if unchanged.
+func (w *watcher) observe(now time.Time, reports map[string]Report, unreadable []string) {
 	for id, r := range reports {
 		prev, ok := w.last[id]
 		if !ok || prev.Seq != r.Seq || prev.Incarnation != r.Incarnation || prev.State != r.State {
@@ -112,7 +120,7 @@ func (w *watcher) observe(now time.Time, reports map[string]Report) {
 		w.last[id] = r
 	}
 	for id := range w.last {
-		if _, ok := reports[id]; !ok {
+		if _, ok := reports[id]; !ok && !slices.Contains(unreadable, id) {
 			delete(w.last, id) // report removed: the broker was removed
 			delete(w.changed, id)
 		}

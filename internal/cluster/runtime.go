@@ -34,7 +34,7 @@ type Config struct {
 	ReportInterval time.Duration // default 1s
 	DeadAfter      time.Duration // default 3s: kill -9 is detected within this
 	PollInterval   time.Duration // assignment poll and controller tick; default 200ms
-	// StallLimit is how long the runtime loop may wait on the volume while
+	// StallLimit is how long the runtime loop may wait on one volume call while
 	// the heartbeat keeps reporting this broker alive over the network
 	// (docs/cluster.md, "A volume whose calls stall"); default 15s.
 	StallLimit time.Duration
@@ -113,8 +113,8 @@ type Runtime struct {
 	repMu   sync.Mutex
 	seq     int64   // guarded by repMu
 	lastRep *Report // guarded by repMu: the loop's latest report
-	// progress is when the loop last finished a step (or started); the
-	// heartbeat speaks for the loop only while it is recent.
+	// progress is when the loop last finished a step or a volume call (or
+	// started); the heartbeat speaks for the loop only while it is recent.
 	progress atomic.Pointer[time.Time]
 	sentAt   atomic.Pointer[time.Time] // the latest report sent to the peers
 
@@ -164,6 +164,8 @@ func New(cfg Config) (*Runtime, error) {
 		beat:        make(chan struct{}),
 	}
 	r.state.Store(StateRunning)
+	cfg.Volume = loopVolume{Volume: cfg.Volume, progress: &r.progress}
+	r.cfg.Volume = cfg.Volume
 	if r.cfg.Elector == nil {
 		e, err := newFileElector(cfg.Volume, cfg.DataDir, cfg.ID, cfg.DeadAfter, r.reportedStopped, r.log)
 		if err != nil {
@@ -425,7 +427,7 @@ func (r *Runtime) step(ctx context.Context, now time.Time) {
 			r.log.Warn("liveness report failed", "err", err)
 		}
 	}
-	if reports, err := readReports(r.cfg.Volume, r.cfg.DataDir); err != nil {
+	if reports, unreadable, err := readReports(r.cfg.Volume, r.cfg.DataDir); err != nil {
 		r.log.Warn("reading liveness reports failed", "err", err)
 	} else {
 		if r.peers != nil {
@@ -435,7 +437,7 @@ func (r *Runtime) step(ctx context.Context, now time.Time) {
 		// A change counts from when it was read, not from the start of
 		// the step: a step can wait on the volume for seconds, and a
 		// report read after that wait is that recent.
-		r.watch.observe(time.Now(), reports)
+		r.watch.observe(time.Now(), reports, unreadable)
 		r.publishApplied()
 	}
 	r.learnEpochs()
@@ -700,8 +702,9 @@ func (r *Runtime) send(rep Report, now time.Time) {
 // between volume calls, and a network file system can hold one call for
 // seconds (docs/volume.md, "Stalls"), which alone must not make this broker
 // dead or its controller role lapse. It speaks for the loop only while the
-// loop finished a step within StallLimit: a broker stuck on its volume for
-// longer goes silent and is declared dead. Within that limit it also keeps
+// loop's latest volume call returned (or its latest step ended) within
+// StallLimit: a broker stuck on one call for longer goes silent and is
+// declared dead. Within that limit it also keeps
 // Fresh up to date from the peers' answers (updateFresh). A paused (tests'
 // frozen) broker does neither. Runs until ctx ends.
 func (r *Runtime) heartbeat(ctx context.Context) {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"sync/atomic"
+	"time"
 
 	"github.com/kaas-dev/kaas/internal/fsutil"
 )
@@ -82,4 +84,63 @@ func (OS) MkdirAll(dir string) error {
 		return fmt.Errorf("cluster: %w", err)
 	}
 	return nil
+}
+
+// loopVolume is the runtime's view of its Volume: every call that returns
+// is progress of the loop, which makes them one after another. A step is a
+// dozen calls, and a file server that holds each conflicting call until its
+// next tick (docs/volume.md, "Stalls") makes a step that moves call by call
+// last longer than the stall limit; the heartbeat must go on speaking for
+// that loop and stop only for one call that waits longer than the limit.
+// Only the loop (and Stop, once the loop and the heartbeat ended) calls it.
+type loopVolume struct {
+	Volume
+	progress *atomic.Pointer[time.Time]
+}
+
+func (v loopVolume) returned() {
+	now := time.Now()
+	v.progress.Store(&now)
+}
+
+// ReadDir implements Volume.
+func (v loopVolume) ReadDir(dir string) ([]string, error) {
+	defer v.returned()
+	return v.Volume.ReadDir(dir)
+}
+
+// ReadFile implements Volume.
+func (v loopVolume) ReadFile(path string) ([]byte, error) {
+	defer v.returned()
+	return v.Volume.ReadFile(path)
+}
+
+// Stamp implements Volume.
+func (v loopVolume) Stamp(path string) (string, error) {
+	defer v.returned()
+	return v.Volume.Stamp(path)
+}
+
+// WriteFile implements Volume.
+func (v loopVolume) WriteFile(path string, data []byte) error {
+	defer v.returned()
+	return v.Volume.WriteFile(path, data)
+}
+
+// CreateExclusive implements Volume.
+func (v loopVolume) CreateExclusive(path string, data []byte) error {
+	defer v.returned()
+	return v.Volume.CreateExclusive(path, data)
+}
+
+// Remove implements Volume.
+func (v loopVolume) Remove(path string) error {
+	defer v.returned()
+	return v.Volume.Remove(path)
+}
+
+// MkdirAll implements Volume.
+func (v loopVolume) MkdirAll(dir string) error {
+	defer v.returned()
+	return v.Volume.MkdirAll(dir)
 }
