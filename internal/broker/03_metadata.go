@@ -32,7 +32,7 @@ func (b *Broker) metadata(c *conn, r *kmsg.MetadataRequest) *kmsg.MetadataRespon
 	resp.Brokers = metadataBrokers(b.cfg.Cluster.Brokers())
 	all := r.Topics == nil || (r.Version == 0 && len(r.Topics) == 0)
 	if all {
-		for _, t := range b.topics.All() {
+		for _, t := range b.topics.Listed() {
 			resp.Topics = append(resp.Topics, b.metadataTopic(t))
 		}
 		for _, n := range internalNames {

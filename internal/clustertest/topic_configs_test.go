@@ -81,3 +81,64 @@ func TestAlteredTopicConfigIsDescribedAtOnceByEveryBroker(t *testing.T) {
 		}
 	}
 }
+
+// TestTopicCreatedOnOneBrokerIsListedAtOnceByAnother is the regression
+// test for a broker listing every topic (a Metadata request for all, as
+// kafka-topics --list and kadm's ListTopics send) without a topic another
+// broker had just created: it listed its registry as last re-read, up to a
+// second earlier (kafkatools.TestKafkaTopics failed so in CI). As on Kafka,
+// a create or a delete that has answered is what every broker lists next.
+func TestTopicCreatedOnOneBrokerIsListedAtOnceByAnother(t *testing.T) {
+	c := Start(t, Options{Brokers: 2})
+	cl := client(t, c)
+	ctx := context.Background()
+	list := func(node int) map[string]bool {
+		t.Helper()
+		req := kmsg.NewPtrMetadataRequest() // Topics nil: all of them
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		resp, err := req.RequestWith(rctx, cl.Broker(node))
+		if err != nil {
+			t.Fatalf("Metadata on broker %d: %v", node, err)
+		}
+		names := map[string]bool{}
+		for _, tp := range resp.Topics {
+			if tp.Topic != nil && tp.ErrorCode == 0 {
+				names[*tp.Topic] = true
+			}
+		}
+		return names
+	}
+	for i := range 10 {
+		on, other := i%2, (i+1)%2
+		name := "listed-" + strconv.Itoa(i)
+		list(other) // the other broker has just listed: its registry is fresh
+		req := kmsg.NewPtrCreateTopicsRequest()
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, 1, 1
+		req.Topics = append(req.Topics, rt)
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := req.RequestWith(rctx, cl.Broker(on))
+		cancel()
+		if err != nil || len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 {
+			t.Fatalf("CreateTopics %s on broker %d: %v %+v", name, on, err, resp)
+		}
+		if got := list(other); !got[name] {
+			t.Fatalf("broker %d lists %v right after broker %d created %s", other, got, on, name)
+		}
+		del := kmsg.NewPtrDeleteTopicsRequest()
+		dt := kmsg.NewDeleteTopicsRequestTopic()
+		dt.Topic = kmsg.StringPtr(name)
+		del.Topics = append(del.Topics, dt)
+		del.TopicNames = append(del.TopicNames, name)
+		rctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		dresp, err := del.RequestWith(rctx, cl.Broker(on))
+		cancel()
+		if err != nil || len(dresp.Topics) != 1 || dresp.Topics[0].ErrorCode != 0 {
+			t.Fatalf("DeleteTopics %s on broker %d: %v %+v", name, on, err, dresp)
+		}
+		if got := list(other); got[name] {
+			t.Fatalf("broker %d still lists %s right after broker %d deleted it", other, name, on)
+		}
+	}
+}

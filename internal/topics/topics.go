@@ -124,6 +124,9 @@ type Registry struct {
 	stamps map[string]fsutil.Version // each file as last read: a rewrite by CreatePartitions (a rename, a new inode) has another
 	listed time.Time
 	gen    uint64 // grows whenever a topic is added, removed or changed
+	// dirStamp is the folder's version (fsutil.Version) as it was before
+	// the last listing: a name added or removed since changes it (Listed).
+	dirStamp fsutil.Version
 
 	// alterMu serializes this registry's rewrites of topic files (Grow,
 	// AlterConfigs): each reads the topic, changes it and writes it whole.
@@ -218,6 +221,10 @@ func (r *Registry) refreshOnce() (done bool, err error) {
 	r.mu.RLock()
 	old, oldStamps, gen := maps.Clone(r.byName), maps.Clone(r.stamps), r.gen
 	r.mu.RUnlock()
+	var dirStamp fsutil.Version
+	if info, err := os.Stat(r.dir); err == nil {
+		dirStamp = fsutil.VersionOf(info)
+	}
 	ents, err := os.ReadDir(r.dir)
 	if err != nil {
 		return false, fmt.Errorf("topics: list: %w", err)
@@ -260,7 +267,7 @@ func (r *Registry) refreshOnce() (done bool, err error) {
 	if !maps.Equal(stamps, r.stamps) {
 		r.gen++
 	}
-	r.byName, r.byID, r.stamps, r.listed = byName, byID, stamps, time.Now()
+	r.byName, r.byID, r.stamps, r.listed, r.dirStamp = byName, byID, stamps, time.Now(), dirStamp
 	return true, nil
 }
 
@@ -353,6 +360,26 @@ func (r *Registry) ByID(id ID) (*Topic, bool) {
 	t, ok := r.byID[id]
 	r.mu.RUnlock()
 	return t, ok
+}
+
+// Listed lists the topics as the folder holds them now: All, after a
+// Refresh when a name was added to or removed from the folder since the
+// last listing (one stat when none was). For answers that list every
+// topic (Metadata for all, as kafka-topics --list sends): a topic another
+// broker has just created or deleted is listed as it is, not as it was at
+// the last periodic refresh, up to a second earlier.
+func (r *Registry) Listed() []*Topic {
+	if info, err := os.Stat(r.dir); err == nil {
+		r.mu.RLock()
+		same := r.dirStamp == fsutil.VersionOf(info)
+		r.mu.RUnlock()
+		if !same {
+			if err := r.Refresh(); err != nil {
+				r.log.Warn("topics folder unreadable; the topics last listed answer", "err", err)
+			}
+		}
+	}
+	return r.All()
 }
 
 // All lists the known topics sorted by name.
