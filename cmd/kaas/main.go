@@ -62,6 +62,7 @@ type commonFlags struct {
 	ConsumerHeartbeat  time.Duration `name:"group-consumer-heartbeat-interval" default:"5s" help:"Heartbeat interval of consumer-protocol (KIP-848) members (group.consumer.heartbeat.interval.ms)."`
 	ConsumerSession    time.Duration `name:"group-consumer-session-timeout" default:"45s" help:"Session timeout of consumer-protocol (KIP-848) members (group.consumer.session.timeout.ms)."`
 	ConsumerMaxSize    int           `name:"group-consumer-max-size" default:"0" help:"Most members in one consumer-protocol group, 0 unlimited (group.consumer.max.size)."`
+	ConsumerJoinLinger time.Duration `name:"group-consumer-join-linger" default:"3ms" help:"How long the answer to a consumer-protocol (KIP-848) join waits for the next join of the same group, up to ten times this in all: members joining together are answered together, each with its final share; 0 answers each join at once."`
 	MigrationPolicy    string        `name:"group-consumer-migration-policy" default:"bidirectional" enum:"bidirectional,upgrade,downgrade,disabled" help:"Online conversions between classic and consumer groups with members: bidirectional, upgrade, downgrade or disabled (group.consumer.migration.policy)."`
 	OffsetsRetention   time.Duration `name:"offsets-retention" default:"168h" help:"Committed offsets expire this long after their group became empty (offsets.retention.minutes, KIP-211)."`
 	OffsetsCheck       time.Duration `name:"offsets-retention-check-interval" default:"10m" help:"How often committed offsets are checked for expiry (offsets.retention.check.interval.ms)."`
@@ -84,6 +85,11 @@ func (c *commonFlags) validate() error {
 	}
 	if c.MaxFrame < 1<<10 {
 		return fmt.Errorf("--max-frame-bytes %d: too small for any request; Kafka's default is 104857600", c.MaxFrame)
+	}
+	if c.ConsumerJoinLinger < 0 || c.ConsumerJoinLinger > time.Second {
+		// Ten times it bounds a join's answer: well within any client's
+		// request timeout.
+		return fmt.Errorf("--group-consumer-join-linger %v: must be from 0 to 1s", c.ConsumerJoinLinger)
 	}
 	for _, d := range []struct {
 		name string
@@ -290,7 +296,7 @@ func (c *commonFlags) nodeConfig(bc broker.Config) node.Config {
 	gc.MinSessionTimeout, gc.MaxSessionTimeout, gc.MaxSize = c.MinSession, c.MaxSession, c.MaxGroupSize
 	cc := cgroup.DefaultConfig()
 	cc.HeartbeatInterval, cc.SessionTimeout, cc.MaxSize = c.ConsumerHeartbeat, c.ConsumerSession, c.ConsumerMaxSize
-	cc.MigrationPolicy = c.MigrationPolicy
+	cc.MigrationPolicy, cc.JoinLinger = c.MigrationPolicy, c.ConsumerJoinLinger
 	return node.Config{Broker: bc, ReportInterval: c.ReportInterval, DeadAfter: c.DeadAfter, StallLimit: c.StallLimit,
 		Group: &gc, Consumer: &cc, OffsetsRetention: c.OffsetsRetention, Elector: c.Election.elector(bc, c.DeadAfter)}
 }

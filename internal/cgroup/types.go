@@ -77,15 +77,24 @@ type Config struct {
 	// allowed: MigrationBidirectional (the default), MigrationUpgrade,
 	// MigrationDowngrade, MigrationDisabled (anything else: as disabled).
 	MigrationPolicy string
+	// JoinLinger is how long the answer to a join waits for the next join
+	// of the same group, and so on, up to ten times JoinLinger in all; the
+	// members that joined meanwhile are answered together, each with its
+	// final share (the coordinator's, internal/coord; kaas's own setting,
+	// --group-consumer-join-linger). 0: each join is answered at once, and
+	// of members joining together the first is given every partition and
+	// the others theirs only once it revoked them.
+	JoinLinger time.Duration
 	// NewMemberID returns a fresh member id (v0 heartbeats, where the
 	// coordinator names the member). Default: a random UUID in Kafka's
 	// URL-safe base64 form.
 	NewMemberID func() string
 }
 
-// DefaultConfig returns Apache Kafka's defaults.
+// DefaultConfig returns Apache Kafka's defaults, and kaas's JoinLinger.
 func DefaultConfig() Config {
 	return Config{
+		JoinLinger:        DefaultJoinLinger,
 		HeartbeatInterval: 5 * time.Second,
 		SessionTimeout:    45 * time.Second,
 		Assignors:         []string{AssignorUniform, AssignorRange},
@@ -95,6 +104,11 @@ func DefaultConfig() Config {
 }
 
 // WithDefaults fills what c leaves unset with Kafka's defaults.
+// DefaultJoinLinger is JoinLinger's default: a few milliseconds, beside a
+// heartbeat interval of seconds, and longer than the gaps between the
+// joins of clients started together.
+const DefaultJoinLinger = 3 * time.Millisecond
+
 func (c Config) WithDefaults() Config {
 	d := DefaultConfig()
 	if c.HeartbeatInterval <= 0 {

@@ -48,6 +48,147 @@ type consumerGroup struct {
 	// becomes a classic one once the writes in flight have landed
 	// (maybeDowngrade).
 	downgradeDue bool
+	// joins is the joins waiting to be answered together (nil: none; see
+	// joinBatch).
+	joins *joinBatch
+}
+
+// joinBatch is the joins of one consumer group whose answers wait for the
+// group to go JoinLinger without a join (at most ten times JoinLinger in
+// all), so that members started together get their final shares at once.
+// Each join is fed to the state machine when it arrives, like any
+// heartbeat, so the target assignment counts every member; but what a join
+// was given then is not what it should keep: the first of a burst was
+// given every partition, the others none, since the first owned them. So
+// when the batch closes, each member heartbeats once more on its client's
+// behalf as the client would next, owning nothing, since it was told
+// nothing yet, in the order they joined, twice: the first round releases
+// what the earlier members held and gives each member what is free of its
+// share, the second gives the rest. Each client is answered with its last
+// result, once that is durable. Kafka batches the other way round: it
+// computes a group's target assignment at most once a second
+// (consumer.assignment.interval.ms, KIP-1263).
+type joinBatch struct {
+	started, last time.Time
+	members       []batchedJoin
+	done          chan struct{} // closed once the results are set
+	// Set before done is closed: the write the answers wait for (nil:
+	// none), or why none is answered.
+	w   *snapshotWrite
+	err error
+}
+
+// batchedJoin is one join of a batch: its request and its answer so far.
+type batchedJoin struct {
+	in  cgroup.HeartbeatInput
+	res cgroup.HeartbeatResult
+}
+
+// again is the heartbeat member j's client would send next, having been
+// told nothing yet: its epoch, owning nothing, everything else unchanged.
+func (j *batchedJoin) again() cgroup.HeartbeatInput {
+	return cgroup.HeartbeatInput{Version: j.in.Version, MemberID: j.res.MemberID, MemberEpoch: j.res.MemberEpoch,
+		InstanceID: j.in.InstanceID, RebalanceTimeoutMs: -1, OwnedSent: true, OwnedTopicPartitions: []cgroup.TopicPartitions{},
+		ClientID: j.in.ClientID, ClientHost: j.in.ClientHost}
+}
+
+// batchJoin adds a join, accepted, to the group's batch, opening one if
+// none is open, and returns the batch and the join's place in it. Called
+// with s.mu held.
+func (g *consumerGroup) batchJoin(in cgroup.HeartbeatInput, res cgroup.HeartbeatResult) (*joinBatch, int) {
+	now := time.Now()
+	b := g.joins
+	if b == nil {
+		b = &joinBatch{started: now, done: make(chan struct{})}
+		g.joins = b
+		time.AfterFunc(g.c.cfg.Consumer.JoinLinger, func() { g.closeJoins(b) })
+	}
+	b.last = now
+	b.members = append(b.members, batchedJoin{in: in, res: res})
+	return b, len(b.members) - 1
+}
+
+// closeJoins closes batch b once the group went JoinLinger without a join
+// (or ten times that since the batch opened): it runs the members' second
+// heartbeats (see joinBatch), schedules their write and releases the
+// waiters. Runs on a timer.
+func (g *consumerGroup) closeJoins(b *joinBatch) {
+	s := g.s
+	linger := g.c.cfg.Consumer.JoinLinger
+	s.mu.Lock()
+	live := s.consumer == g && !s.gone && !g.broken && !g.c.closed.Load()
+	if now := time.Now(); live {
+		if wait := b.last.Add(linger).Sub(now); wait > 0 && now.Sub(b.started) < 10*linger {
+			time.AfterFunc(wait, func() { g.closeJoins(b) })
+			s.mu.Unlock()
+			return
+		}
+	}
+	if g.joins == b {
+		g.joins = nil
+	}
+	var run *snapshotWrite
+	switch {
+	case g.broken:
+		b.err = g.brokenErr
+	case !live:
+		b.err = ErrNotCoordinator
+	default:
+		im := g.c.image()
+		for range 2 {
+			for i := range b.members {
+				j := &b.members[i]
+				if j.res.Err != cgroup.ErrNone {
+					continue
+				}
+				res, out := g.core.Heartbeat(g.c.cfg.Now(), im, j.again())
+				if res.Err == cgroup.ErrNone && !res.HasAssignment {
+					// Unchanged since the last result: the client has
+					// not been told that either.
+					res.HasAssignment, res.Assignment = true, j.res.Assignment
+				}
+				j.res = res
+				w, r := g.apply(out)
+				if r {
+					run = w
+				}
+				if w != nil {
+					b.w = w
+				}
+			}
+		}
+		g.c.log.Debug("consumer group joins answered together", "group", s.id, "joins", len(b.members),
+			"epoch", g.core.Epoch(), "waited", time.Since(b.started).Round(time.Microsecond))
+	}
+	s.mu.Unlock()
+	close(b.done)
+	if run != nil {
+		g.perform(run)
+	}
+}
+
+// answer waits for batch b to close and its write to land, and returns the
+// answer to the join at place i.
+func (b *joinBatch) answer(ctx context.Context, i int) (cgroup.HeartbeatResult, error) {
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		return cgroup.HeartbeatResult{}, ctx.Err() // the batch goes on; nobody is waiting for this answer
+	}
+	if b.err != nil {
+		return cgroup.HeartbeatResult{}, b.err
+	}
+	if w := b.w; w != nil {
+		select {
+		case <-w.done:
+		case <-ctx.Done():
+			return cgroup.HeartbeatResult{}, ctx.Err()
+		}
+		if w.err != nil {
+			return cgroup.HeartbeatResult{}, w.err
+		}
+	}
+	return b.members[i].res, nil
 }
 
 // SetTopics gives the coordinator the topics consumer groups assign (the
@@ -378,13 +519,23 @@ func (c *Coordinator) ConsumerHeartbeat(ctx context.Context, groupID string, in 
 		s.dropClassic() // an Empty classic group becomes a consumer group
 		s.consumer = g
 	}
+	var batch *joinBatch
+	var place int
+	if in.MemberEpoch == cgroup.JoinEpoch && res.Err == cgroup.ErrNone && c.cfg.Consumer.JoinLinger > 0 {
+		batch, place = g.batchJoin(in, res)
+	}
 	w, run := g.apply(out)
 	s.mu.Unlock()
-	if w == nil {
-		return res, nil
-	}
 	if run {
 		g.perform(w)
+	}
+	if batch != nil {
+		// The join's own write lands before the batch's, which the
+		// answer waits for.
+		return batch.answer(ctx, place)
+	}
+	if w == nil {
+		return res, nil
 	}
 	select {
 	case <-w.done:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -248,4 +249,76 @@ func waitNoWrite(t *testing.T, s *shell) {
 		}
 		return nil
 	})
+}
+
+// TestConsumerMembersJoiningTogetherGetTheirSharesAtOnce: members that join
+// a consumer group within the join linger of each other are answered
+// together, each with its final share, at one epoch, durably. Answered one
+// by one, the first took every partition and the others nothing until it
+// had revoked them at its next heartbeat (a heartbeat interval, 5 s by
+// default) and they had heartbeated again.
+func TestConsumerMembersJoiningTogetherGetTheirSharesAtOnce(t *testing.T) {
+	const g = "together-848"
+	dir := t.TempDir()
+	a := newOwner(t, dir, "kaas-0", assignment(1, 2, nil, map[string]string{g: "kaas-0"}))
+	a.cfg.Consumer.JoinLinger = 200 * time.Millisecond // a loaded CI machine still joins four within it
+	a.SetTopics(consumerImage)
+	ids := []string{"m1", "m2", "m3", "m4"}
+	results := make([]cgroup.HeartbeatResult, len(ids))
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() { results[i], errs[i] = a.ConsumerHeartbeat(context.Background(), g, consumerJoin(id)) })
+	}
+	wg.Wait()
+	owner := map[int32]string{}
+	for i, res := range results {
+		if errs[i] != nil || res.Err != cgroup.ErrNone {
+			t.Fatalf("join of %s: %v %v %s", ids[i], errs[i], res.Err, res.ErrMessage)
+		}
+		if !res.HasAssignment {
+			t.Fatalf("join of %s answered without an assignment", ids[i])
+		}
+		if res.MemberEpoch != results[0].MemberEpoch {
+			t.Errorf("%s at epoch %d, %s at epoch %d: want one epoch", ids[i], res.MemberEpoch, ids[0], results[0].MemberEpoch)
+		}
+		n := 0
+		for _, tps := range res.Assignment {
+			for _, p := range tps.Partitions {
+				if o, ok := owner[p]; ok {
+					t.Fatalf("partition %d given to %s and %s", p, o, ids[i])
+				}
+				owner[p] = ids[i]
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%s's join answered with %d partitions of 4, want its share of 1: %+v", ids[i], n, res.Assignment)
+		}
+	}
+	d, err := a.ConsumerDescribe(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range d.Members {
+		if m.MemberEpoch != d.GroupEpoch || m.MemberEpoch != d.AssignmentEpoch || len(m.Revoking) > 0 {
+			t.Errorf("member %s at epoch %d revoking %v; group epoch %d, assignment epoch %d: want all reconciled", m.MemberID, m.MemberEpoch, m.Revoking, d.GroupEpoch, d.AssignmentEpoch)
+		}
+	}
+	// Durable as answered: the next owner loads every member as it was
+	// answered.
+	b := newOwner(t, dir, "kaas-1", assignment(2, 2, nil, map[string]string{g: "kaas-1"}))
+	b.SetTopics(consumerImage)
+	loaded, err := b.ConsumerDescribe(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(loaded.Members) != len(ids) || loaded.GroupEpoch != d.GroupEpoch {
+		t.Fatalf("the next owner loaded %d members at epoch %d, want %d at %d", len(loaded.Members), loaded.GroupEpoch, len(ids), d.GroupEpoch)
+	}
+	for i, m := range loaded.Members {
+		if m.MemberEpoch != d.Members[i].MemberEpoch || fmt.Sprint(m.Assignment) != fmt.Sprint(d.Members[i].Assignment) {
+			t.Errorf("member %s loaded at epoch %d with %v, answered at %d with %v", m.MemberID, m.MemberEpoch, m.Assignment, d.Members[i].MemberEpoch, d.Members[i].Assignment)
+		}
+	}
 }

@@ -360,7 +360,7 @@ func StartSingle(bc broker.Config, gc *group.Config) (*Single, error) {
 		g = *gc
 	}
 	co, err := coord.OpenStandalone(bc.DataDir, coord.Config{Me: Name(bc.ID),
-		Self: coord.Broker{ID: Name(bc.ID), NodeID: bc.ID}, Logger: bc.Logger, Now: bc.Now, Group: g})
+		Self: coord.Broker{ID: Name(bc.ID), NodeID: bc.ID}, Logger: bc.Logger, Now: bc.Now, Group: g, Consumer: cgroup.DefaultConfig()})
 	if err != nil {
 		return nil, err
 	}
