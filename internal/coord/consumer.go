@@ -61,8 +61,9 @@ type consumerGroup struct {
 // was given then is not what it should keep: the first of a burst was
 // given every partition, the others none, since the first owned them. So
 // when the batch closes, each member heartbeats once more on its client's
-// behalf as the client would next, owning nothing, since it was told
-// nothing yet, in the order they joined, twice: the first round releases
+// behalf as the client would next, owning what it said at its join
+// (nothing), since it was told nothing since, in the order they joined,
+// twice: the first round releases
 // what the earlier members held and gives each member what is free of its
 // share, the second gives the rest. Each client is answered with its last
 // result, once that is durable. Kafka batches the other way round: it
@@ -85,10 +86,12 @@ type batchedJoin struct {
 }
 
 // again is the heartbeat member j's client would send next, having been
-// told nothing yet: its epoch, owning nothing, everything else unchanged.
+// told nothing yet: its epoch, owning what it said it owned when it joined
+// (nothing: a join that says it owns partitions is refused, as on Kafka;
+// or not said), everything else unchanged.
 func (j *batchedJoin) again() cgroup.HeartbeatInput {
 	return cgroup.HeartbeatInput{Version: j.in.Version, MemberID: j.res.MemberID, MemberEpoch: j.res.MemberEpoch,
-		InstanceID: j.in.InstanceID, RebalanceTimeoutMs: -1, OwnedSent: true, OwnedTopicPartitions: []cgroup.TopicPartitions{},
+		InstanceID: j.in.InstanceID, RebalanceTimeoutMs: -1, OwnedSent: j.in.OwnedSent, OwnedTopicPartitions: j.in.OwnedTopicPartitions,
 		ClientID: j.in.ClientID, ClientHost: j.in.ClientHost}
 }
 
