@@ -181,15 +181,8 @@ func (b *joinBatch) answer(ctx context.Context, i int) (cgroup.HeartbeatResult, 
 	if b.err != nil {
 		return cgroup.HeartbeatResult{}, b.err
 	}
-	if w := b.w; w != nil {
-		select {
-		case <-w.done:
-		case <-ctx.Done():
-			return cgroup.HeartbeatResult{}, ctx.Err()
-		}
-		if w.err != nil {
-			return cgroup.HeartbeatResult{}, w.err
-		}
+	if err := b.w.wait(ctx); err != nil {
+		return cgroup.HeartbeatResult{}, err
 	}
 	return b.members[i].res, nil
 }
@@ -302,6 +295,21 @@ type snapshotWrite struct {
 	data  []byte
 	epoch int32
 	own   offsets.Owner
+}
+
+// wait waits for write w (nil: none) to land and returns its outcome, or
+// ctx's error when the request ends first: the write goes on, nobody is
+// waiting for its answer.
+func (w *snapshotWrite) wait(ctx context.Context) error {
+	if w == nil {
+		return nil
+	}
+	select {
+	case <-w.done:
+		return w.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // take makes p the write under way with the group's snapshot as it is now,
@@ -537,16 +545,8 @@ func (c *Coordinator) ConsumerHeartbeat(ctx context.Context, groupID string, in 
 		// answer waits for.
 		return batch.answer(ctx, place)
 	}
-	if w == nil {
-		return res, nil
-	}
-	select {
-	case <-w.done:
-	case <-ctx.Done():
-		return cgroup.HeartbeatResult{}, ctx.Err() // the write goes on; nobody is waiting for this answer
-	}
-	if w.err != nil {
-		return cgroup.HeartbeatResult{}, w.err
+	if err := w.wait(ctx); err != nil {
+		return cgroup.HeartbeatResult{}, err
 	}
 	return res, nil
 }
