@@ -288,6 +288,39 @@ func without(n, down int) (live []int, alive map[string]bool) {
 	return live, alive
 }
 
+// idleFresh waits until every broker's view is fresh, then watches the idle
+// cluster for d: the controller must stay kaas-<ctrl> at epoch, and it
+// returns how many of the samples (every 100 ms) found each broker not
+// fresh.
+func (c *delayedCluster) idleFresh(ctrl int, epoch int64, d time.Duration) (stale map[int]int, samples int) {
+	c.t.Helper()
+	if err := testutil.Poll(10*time.Second, func() error {
+		for i, r := range c.rts {
+			if !r.Fresh() {
+				return fmt.Errorf("kaas-%d not fresh", i)
+			}
+		}
+		return nil
+	}); err != nil {
+		c.t.Fatal(err)
+	}
+	stale = map[int]int{}
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if now, e := c.controller([]int{0, 1, 2}); now >= 0 && (now != ctrl || e != epoch) {
+			c.t.Fatalf("the controller changed while idle: kaas-%d epoch %d, then kaas-%d epoch %d", ctrl, epoch, now, e)
+		}
+		for i, r := range c.rts {
+			if !r.Fresh() {
+				stale[i]++
+			}
+		}
+		samples++
+		time.Sleep(100 * time.Millisecond)
+	}
+	return stale, samples
+}
+
 // kill kills broker i as kill -9 would: its volume view starts no call
 // any more (one the file server holds ends as it would), then its runtime
 // aborts. Abort alone leaves the loop to finish its step, and on a volume
@@ -447,31 +480,7 @@ func TestIdleClusterOnAVolumeWhoseCallsStallDeclaresNobodyDead(t *testing.T) {
 	c.mu.Unlock()
 	// Let every broker's view be confirmed once, then require it to stay
 	// so: the heartbeat's answers keep it fresh while the loop waits.
-	if err := testutil.Poll(10*time.Second, func() error {
-		for i, r := range c.rts {
-			if !r.Fresh() {
-				return fmt.Errorf("kaas-%d not fresh", i)
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	stale := map[int]int{}
-	samples := 0
-	deadline := time.Now().Add(16 * time.Second)
-	for time.Now().Before(deadline) {
-		if now, e := c.controller([]int{0, 1, 2}); now >= 0 && (now != ctrl || e != epoch) {
-			t.Fatalf("the controller changed while idle: kaas-%d epoch %d, then kaas-%d epoch %d", ctrl, epoch, now, e)
-		}
-		for i, r := range c.rts {
-			if !r.Fresh() {
-				stale[i]++
-			}
-		}
-		samples++
-		time.Sleep(100 * time.Millisecond)
-	}
+	stale, samples := c.idleFresh(ctrl, epoch, 16*time.Second)
 	if len(stale) > 0 {
 		t.Errorf("brokers not fresh while idle (samples of %d): %v", samples, stale)
 	}
@@ -595,31 +604,7 @@ func TestBrokerWhoseVolumeCallsEachWaitATickIsNotDeclaredDead(t *testing.T) {
 	c.mu.Lock()
 	c.seen = nil // forming may mark a broker not yet heard dead
 	c.mu.Unlock()
-	if err := testutil.Poll(10*time.Second, func() error {
-		for i, r := range c.rts {
-			if !r.Fresh() {
-				return fmt.Errorf("kaas-%d not fresh", i)
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	stale := map[int]int{}
-	samples := 0
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		if now, e := c.controller([]int{0, 1, 2}); now >= 0 && (now != ctrl || e != epoch) {
-			t.Fatalf("the controller changed while idle: kaas-%d epoch %d, then kaas-%d epoch %d", ctrl, epoch, now, e)
-		}
-		for i, r := range c.rts {
-			if !r.Fresh() {
-				stale[i]++
-			}
-		}
-		samples++
-		time.Sleep(100 * time.Millisecond)
-	}
+	stale, samples := c.idleFresh(ctrl, epoch, 15*time.Second)
 	if len(stale) > 0 {
 		t.Errorf("brokers not fresh while idle (samples of %d), no volume call waiting more than 500 ms: %v", samples, stale)
 	}
