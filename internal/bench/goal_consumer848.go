@@ -20,9 +20,13 @@ func init() { Register(consumer848Goal{}) }
 // ConsumerGroupHeartbeat driver for both targets (kaas on tmpfs and kfake,
 // which both serve the protocol): members each with their own client,
 // heartbeating every 10 ms and owning exactly what the last answer gave
-// them (revocations at once). Rows: 100 members joining until every member
-// is at one epoch with every partition owned once; one member added to
-// 100; and heartbeats per second with 64 members heartbeating back to back.
+// them. A member whose answer takes partitions away heartbeats again at
+// once to say it let them go, without waiting for its next tick, as
+// franz-go and the Java client do: the coordinator cannot give those
+// partitions to anyone before it hears so. Rows: 100 members joining until
+// every member is at one epoch with every partition owned once; one member
+// added to 100; and heartbeats per second with 64 members heartbeating
+// back to back.
 type consumer848Goal struct{}
 
 func (consumer848Goal) Name() string { return "consumer848" }
@@ -261,7 +265,8 @@ func (r *c848Run) waitReconciled(ctx context.Context, n int, limit time.Duration
 }
 
 // member runs member i: join, then heartbeat every r.every reporting what
-// it owns, until the run stops; then leave. Bounded by the run's context.
+// it owns, and at once after an answer that took partitions away, until
+// the run stops; then leave. Bounded by the run's context.
 func (r *c848Run) member(ctx context.Context, i int) error {
 	cl := r.cls[i]
 	id := fmt.Sprintf("%s-member-%d", r.group, i)
@@ -310,11 +315,14 @@ func (r *c848Run) member(ctx context.Context, i int) error {
 		}
 		r.beats.Add(1)
 		epoch = resp.MemberEpoch
+		released := false
 		if resp.Assignment != nil {
-			owned = map[[16]byte][]int32{}
+			now := map[[16]byte][]int32{}
 			for _, t := range resp.Assignment.Topics {
-				owned[t.TopicID] = slices.Clone(t.Partitions)
+				now[t.TopicID] = slices.Clone(t.Partitions)
 			}
+			released = !covers(now, owned)
+			owned = now
 		}
 		r.mu.Lock()
 		prev := r.state[i]
@@ -324,7 +332,7 @@ func (r *c848Run) member(ctx context.Context, i int) error {
 			r.changed = make(chan struct{})
 		}
 		r.mu.Unlock()
-		if tick != nil {
+		if tick != nil && !released {
 			select {
 			case <-tick.C:
 			case <-ctx.Done():
@@ -333,4 +341,17 @@ func (r *c848Run) member(ctx context.Context, i int) error {
 		}
 	}
 	return nil
+}
+
+// covers: every partition of owned is in now (an answer that leaves one
+// out revoked it).
+func covers(now, owned map[[16]byte][]int32) bool {
+	for id, ps := range owned {
+		for _, p := range ps {
+			if !slices.Contains(now[id], p) {
+				return false
+			}
+		}
+	}
+	return true
 }
