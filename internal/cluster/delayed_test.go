@@ -305,20 +305,47 @@ func (c *delayedCluster) idleFresh(ctrl int, epoch int64, d time.Duration) (stal
 		c.t.Fatal(err)
 	}
 	stale = map[int]int{}
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if now, e := c.controller([]int{0, 1, 2}); now >= 0 && (now != ctrl || e != epoch) {
-			c.t.Fatalf("the controller changed while idle: kaas-%d epoch %d, then kaas-%d epoch %d", ctrl, epoch, now, e)
-		}
+	c.idle(ctrl, epoch, d, func() {
 		for i, r := range c.rts {
 			if !r.Fresh() {
 				stale[i]++
 			}
 		}
 		samples++
+	})
+	return stale, samples
+}
+
+// idle fails the test if the controller changes from ctrl at epoch over
+// the next d (a moment with none named is no change), looking every
+// 100 ms; sample, if not nil, runs at each look.
+func (c *delayedCluster) idle(ctrl int, epoch int64, d time.Duration, sample func()) {
+	c.t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if now, e := c.controller([]int{0, 1, 2}); now >= 0 && (now != ctrl || e != epoch) {
+			c.t.Fatalf("the controller changed while idle: kaas-%d epoch %d, then kaas-%d epoch %d", ctrl, epoch, now, e)
+		}
+		if sample != nil {
+			sample()
+		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return stale, samples
+}
+
+// healthSeen is a copy of the health changes the brokers logged so far.
+func (c *delayedCluster) healthSeen() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.seen)
+}
+
+// forgetHealth drops the health changes logged so far (forming may mark a
+// broker not yet heard dead).
+func (c *delayedCluster) forgetHealth() {
+	c.mu.Lock()
+	c.seen = nil
+	c.mu.Unlock()
 }
 
 // kill kills broker i as kill -9 would: its volume view starts no call
@@ -397,11 +424,9 @@ func TestLivenessAndElectionOnADelayedVolume(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	c.mu.Lock()
-	if len(c.seen) > 0 {
-		t.Fatalf("health changes while idle on a delayed volume: %v", c.seen)
+	if seen := c.healthSeen(); len(seen) > 0 {
+		t.Fatalf("health changes while idle on a delayed volume: %v", seen)
 	}
-	c.mu.Unlock()
 
 	// kill -9 of a broker that is not the controller.
 	victim := (ctrl + 1) % 3
@@ -475,19 +500,14 @@ func TestIdleClusterOnAVolumeWhoseCallsStallDeclaresNobodyDead(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	c.mu.Lock()
-	c.seen = nil // forming may mark a broker not yet heard dead
-	c.mu.Unlock()
+	c.forgetHealth()
 	// Let every broker's view be confirmed once, then require it to stay
 	// so: the heartbeat's answers keep it fresh while the loop waits.
 	stale, samples := c.idleFresh(ctrl, epoch, 16*time.Second)
 	if len(stale) > 0 {
 		t.Errorf("brokers not fresh while idle (samples of %d): %v", samples, stale)
 	}
-	c.mu.Lock()
-	seen := slices.Clone(c.seen)
-	c.mu.Unlock()
-	if len(seen) > 0 {
+	if seen := c.healthSeen(); len(seen) > 0 {
 		t.Fatalf("health changes while idle on a stalling volume: %v", seen)
 	}
 
@@ -543,10 +563,7 @@ func TestKilledBrokerIsDeclaredDeadOnlyAfterTheTTL(t *testing.T) {
 	frozen := (ctrl + 2) % 3
 	c.rts[frozen].Pause(5 * time.Second)
 	time.Sleep(4 * time.Second)
-	c.mu.Lock()
-	seen := slices.Clone(c.seen)
-	c.mu.Unlock()
-	if len(seen) > 0 {
+	if seen := c.healthSeen(); len(seen) > 0 {
 		t.Fatalf("a frozen broker (still listening) was declared dead before the TTL: %v", seen)
 	}
 
@@ -601,17 +618,13 @@ func TestBrokerWhoseVolumeCallsEachWaitATickIsNotDeclaredDead(t *testing.T) {
 		t.Fatalf("the cluster did not form: %v", err)
 	}
 	ctrl, epoch := c.controller([]int{0, 1, 2})
-	c.mu.Lock()
-	c.seen = nil // forming may mark a broker not yet heard dead
-	c.mu.Unlock()
+	c.forgetHealth()
 	stale, samples := c.idleFresh(ctrl, epoch, 15*time.Second)
 	if len(stale) > 0 {
 		t.Errorf("brokers not fresh while idle (samples of %d), no volume call waiting more than 500 ms: %v", samples, stale)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.seen) > 0 {
-		t.Errorf("health changes while idle, no volume call waiting more than 500 ms: %v", c.seen)
+	if seen := c.healthSeen(); len(seen) > 0 {
+		t.Errorf("health changes while idle, no volume call waiting more than 500 ms: %v", seen)
 	}
 }
 
@@ -628,20 +641,9 @@ func TestReportThatFailsToReadIsNotABrokerRemoved(t *testing.T) {
 	disk.reportReadOdds = 0.3
 	c := startOnDisk(t, 3, disk)
 	ctrl, epoch := c.formed()
-	c.mu.Lock()
-	c.seen = nil // forming may mark a broker not yet heard dead
-	c.mu.Unlock()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if now, e := c.controller([]int{0, 1, 2}); now >= 0 && (now != ctrl || e != epoch) {
-			t.Fatalf("the controller changed while idle: kaas-%d epoch %d, then kaas-%d epoch %d", ctrl, epoch, now, e)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	c.mu.Lock()
-	seen := slices.Clone(c.seen)
-	c.mu.Unlock()
-	if len(seen) > 0 {
+	c.forgetHealth()
+	c.idle(ctrl, epoch, 10*time.Second, nil)
+	if seen := c.healthSeen(); len(seen) > 0 {
 		t.Fatalf("health changes while idle, with report reads failing now and then: %v", seen)
 	}
 	// A broker killed is still declared dead.
