@@ -1,0 +1,433 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kaas-dev/kaas/internal/cgroup"
+	"github.com/kaas-dev/kaas/internal/cluster"
+	"github.com/kaas-dev/kaas/internal/group"
+	"github.com/kaas-dev/kaas/internal/offsets"
+)
+
+// TestConsumerGroupOwnerChurnFencesNoMember is the KIP-848 side of
+// TestOwnerChangeStressNoStaleStampNoRewind: three coordinators over one
+// data dir, a swapper that moves one consumer group between them while
+// its members heartbeat from their own goroutines (each new assignment
+// reaches the brokers one by one, in a random order, with pauses), the
+// topic growing now and then, and members leaving and rejoining. A member
+// asks whichever broker a random one names, and on NOT_COORDINATOR or
+// COORDINATOR_LOAD_IN_PROGRESS sends a full heartbeat there again, as the
+// clients do. Throughout:
+//
+//   - no member that heartbeats is ever answered UNKNOWN_MEMBER_ID or
+//     FENCED_MEMBER_EPOCH: a move is invisible to it;
+//   - no partition is owned by two members at once, by what each was told
+//     (a member gives up a revoked partition before it says so);
+//   - a member's epoch never goes back;
+//
+// and once the swapper stops, the group reaches one epoch with every
+// partition owned once and shared evenly.
+func TestConsumerGroupOwnerChurnFencesNoMember(t *testing.T) {
+	seeds := 3
+	if testing.Short() {
+		seeds = 1
+	}
+	for seed := range seeds {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runConsumerChurn(t, uint64(seed)) })
+	}
+}
+
+// churnMember is what a simulated consumer remembers.
+type churnMember struct {
+	id       string
+	instance *string // a static member's group.instance.id
+	in       bool
+	epoch    int32
+	owned    map[cgroup.TP]bool
+	sent     map[cgroup.TP]bool // what it last reported owning
+	full     bool               // the next heartbeat repeats every field
+}
+
+func (m *churnMember) ownedList() []cgroup.TopicPartitions {
+	byTopic := map[cgroup.TopicID][]int32{}
+	for tp := range m.owned {
+		byTopic[tp.Topic] = append(byTopic[tp.Topic], tp.Partition)
+	}
+	out := []cgroup.TopicPartitions{}
+	for id, ps := range byTopic {
+		slices.Sort(ps)
+		out = append(out, cgroup.TopicPartitions{Topic: id, Partitions: ps})
+	}
+	return out
+}
+
+func runConsumerChurn(t *testing.T, seed uint64) {
+	const (
+		brokers  = 3
+		members  = 6
+		maxSwaps = 300
+		runFor   = 2 * time.Second
+		settleBy = 20 * time.Second
+		g        = "churn-848"
+	)
+	topic := cgroup.TopicID{8, 4, 8}
+	var parts atomic.Int32
+	parts.Store(8)
+	image := func() *cgroup.Image {
+		return cgroup.NewImage(cgroup.Topic{Name: "t", ID: topic, Partitions: parts.Load()})
+	}
+	rng := rand.New(rand.NewPCG(seed, 848))
+	dir := t.TempDir()
+	ids := []string{"kaas-0", "kaas-1", "kaas-2"}
+	var applied [brokers]atomic.Int64
+	settled := func(a *cluster.Assignment) bool {
+		for i := range applied {
+			if applied[i].Load() < a.AssignmentVersion {
+				return false
+			}
+		}
+		return true
+	}
+	cc := cgroup.DefaultConfig()
+	cc.JoinLinger = []time.Duration{0, cgroup.DefaultJoinLinger}[seed%2]
+	coords := make([]*Coordinator, brokers)
+	for i := range coords {
+		// The file is real; fsync is skipped to bound the test's time.
+		st, err := offsets.Open(offsets.Options{Dir: offsetsDir(dir), NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		coords[i] = New(Config{Me: ids[i], Store: st, Group: group.DefaultConfig(), Consumer: cc, Settled: settled})
+		coords[i].SetTopics(image)
+	}
+	place := func(v int64) *cluster.Assignment {
+		return assignment(v, brokers, nil, map[string]string{g: ids[rng.IntN(brokers)]})
+	}
+	first := place(1)
+	for i, c := range coords {
+		c.Apply(nil, first)
+		applied[i].Store(1)
+	}
+
+	var (
+		mu    sync.Mutex // guards ms and the counts below
+		ms    = make([]*churnMember, members)
+		fails []string
+		// counts, to show the property was exercised
+		answers, revoked, retried, lostN, leaves, commits int
+	)
+	for i := range ms {
+		ms[i] = &churnMember{id: fmt.Sprintf("m%d", i), owned: map[cgroup.TP]bool{}}
+		if i%2 == 1 {
+			inst := fmt.Sprintf("i%d", i)
+			ms[i].instance = &inst
+		}
+	}
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(fails) < 10 {
+			fails = append(fails, fmt.Sprintf(format, args...))
+		}
+	}
+	// disjoint reports a partition two members were told they own; mu held.
+	disjoint := func() error {
+		seen := map[cgroup.TP]string{}
+		for _, m := range ms {
+			for tp := range m.owned {
+				if o, dup := seen[tp]; dup {
+					return fmt.Errorf("members %s and %s both own %v", o, m.id, tp)
+				}
+				seen[tp] = m.id
+			}
+		}
+		return nil
+	}
+
+	// send delivers one heartbeat to the broker a random broker names,
+	// again (a full request) while the group is moving, as a client does
+	// after NOT_COORDINATOR; false when it is not answered in time.
+	send := func(r *rand.Rand, m *churnMember, in cgroup.HeartbeatInput) (cgroup.HeartbeatResult, bool) {
+		give := time.Now().Add(10 * time.Second)
+		for {
+			if time.Now().After(give) {
+				fail("%s epoch %d: not answered in 10s", in.MemberID, in.MemberEpoch)
+				return cgroup.HeartbeatResult{}, false
+			}
+			b, err := coords[r.IntN(brokers)].FindGroup(g)
+			if err == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				var res cgroup.HeartbeatResult
+				res, err = coords[slices.Index(ids, b.ID)].ConsumerHeartbeat(ctx, g, in)
+				cancel()
+				if err == nil {
+					return res, true
+				}
+			}
+			if !errors.Is(err, ErrNotCoordinator) && !errors.Is(err, ErrLoadInProgress) {
+				fail("%s epoch %d: %v", in.MemberID, in.MemberEpoch, err)
+				return cgroup.HeartbeatResult{}, false
+			}
+			mu.Lock()
+			retried++
+			mu.Unlock()
+			if in.MemberEpoch >= 0 {
+				in.RebalanceTimeoutMs, in.SubscribedTopicNames = 30_000, []string{"t"}
+			}
+			if in.MemberEpoch > 0 && !in.OwnedSent {
+				mu.Lock()
+				in.OwnedSent, in.OwnedTopicPartitions = true, m.ownedList()
+				mu.Unlock()
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+
+	// commit commits offsets for what member m owns at its epoch
+	// (OffsetCommit v9) and checks OffsetFetch v9's member gate, each
+	// where a random broker says the group is, again after NOT_COORDINATOR:
+	// neither is refused.
+	var offset atomic.Int64
+	commit := func(r *rand.Rand, id string, epoch int32, owned []cgroup.TopicPartitions) {
+		offs := map[offsets.TP]offsets.Offset{}
+		for _, tps := range owned {
+			for _, p := range tps.Partitions {
+				offs[offsets.TP{Topic: "t", Partition: p}] = offsets.Offset{Offset: offset.Add(1), LeaderEpoch: -1, ExpireTimestamp: -1}
+			}
+		}
+		give := time.Now().Add(10 * time.Second)
+		for step := 0; step < 2; {
+			if time.Now().After(give) {
+				fail("%s epoch %d: commit not answered in 10s", id, epoch)
+				return
+			}
+			b, err := coords[r.IntN(brokers)].FindGroup(g)
+			if err == nil {
+				c := coords[slices.Index(ids, b.ID)]
+				if step == 0 {
+					var wait func(context.Context) error
+					var refused map[offsets.TP]error
+					wait, refused, err = c.Commit(CommitInput{Group: g, Version: 9, Generation: epoch, MemberID: id, Offsets: offs})
+					if err == nil && len(refused) > 0 {
+						fail("%s epoch %d: commit refused %v", id, epoch, refused)
+						return
+					}
+					if err == nil {
+						err = wait(context.Background())
+					}
+				} else {
+					err = c.CheckFetch(g, &id, epoch)
+				}
+				if err == nil {
+					step++
+					continue
+				}
+			}
+			if !errors.Is(err, ErrNotCoordinator) && !errors.Is(err, ErrLoadInProgress) {
+				fail("%s epoch %d: %s: %v", id, epoch, []string{"commit", "fetch"}[step], err)
+				return
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+
+	// run is member i's loop until stop: join, heartbeat, and while churn
+	// now and then leave and join again, or lose an answer.
+	run := func(i int, stop <-chan struct{}, churn bool, r *rand.Rand) {
+		m := ms[i]
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			mu.Lock()
+			in := cgroup.HeartbeatInput{Version: 1, MemberID: m.id, MemberEpoch: m.epoch, RebalanceTimeoutMs: -1, InstanceID: m.instance}
+			leaving := churn && m.in && r.IntN(200) == 0
+			switch {
+			case !m.in:
+				in.MemberEpoch, in.RebalanceTimeoutMs, in.SubscribedTopicNames = cgroup.JoinEpoch, 30_000, []string{"t"}
+				in.OwnedSent, in.OwnedTopicPartitions = true, []cgroup.TopicPartitions{}
+			case leaving:
+				// It gives everything up before it says so. A static
+				// member leaves for good or for a restart (-2: its
+				// instance keeps the assignment for its next member id).
+				in.MemberEpoch = cgroup.LeaveEpoch
+				if m.instance != nil && r.IntN(2) == 0 {
+					in.MemberEpoch = cgroup.StaticLeaveEpoch
+					m.id += "'"
+				}
+				m.owned, m.in, m.epoch = map[cgroup.TP]bool{}, false, 0
+			default:
+				if m.full {
+					in.RebalanceTimeoutMs, in.SubscribedTopicNames = 30_000, []string{"t"}
+				}
+				if m.full || !maps.Equal(m.owned, m.sent) || r.IntN(4) == 0 {
+					in.OwnedSent, in.OwnedTopicPartitions = true, m.ownedList()
+					m.sent = maps.Clone(m.owned)
+				}
+			}
+			mu.Unlock()
+			if in.OwnedSent && in.OwnedTopicPartitions == nil {
+				in.OwnedTopicPartitions = []cgroup.TopicPartitions{}
+			}
+			res, ok := send(r, m, in)
+			if !ok {
+				return
+			}
+			mu.Lock()
+			// Now and then an answer is lost on its way (not that of a
+			// join or a leave): the member heartbeats again with what it
+			// had, in full. Never two in a row: a member that missed two
+			// answers may be two epochs behind, and is fenced (as on
+			// Kafka, which accepts only the previous epoch).
+			lost := churn && !leaving && !m.full && in.MemberEpoch > 0 && res.Err == cgroup.ErrNone && r.IntN(30) == 0
+			switch {
+			case lost:
+				m.full = true
+				lostN++
+			case leaving:
+				leaves++
+				// A leave whose first try landed before the group moved
+				// finds the member gone at the next owner.
+				if res.Err != cgroup.ErrNone && res.Err != cgroup.ErrUnknownMemberID {
+					fails = append(fails, fmt.Sprintf("leave of %s: %v %s", m.id, res.Err, res.ErrMessage))
+				}
+			case res.Err != cgroup.ErrNone:
+				fails = append(fails, fmt.Sprintf("%s at epoch %d: %v %s", m.id, in.MemberEpoch, res.Err, res.ErrMessage))
+				m.owned, m.in, m.epoch = map[cgroup.TP]bool{}, false, 0
+			default:
+				if res.MemberEpoch < m.epoch {
+					fails = append(fails, fmt.Sprintf("%s epoch went back %d -> %d", m.id, m.epoch, res.MemberEpoch))
+				}
+				m.in, m.epoch, m.full = true, res.MemberEpoch, false
+				if in.MemberEpoch == cgroup.JoinEpoch {
+					m.sent = map[cgroup.TP]bool{}
+				}
+				if res.HasAssignment {
+					now := map[cgroup.TP]bool{}
+					for _, tps := range res.Assignment {
+						for _, p := range tps.Partitions {
+							now[cgroup.TP{Topic: tps.Topic, Partition: p}] = true
+						}
+					}
+					for tp := range m.owned {
+						if !now[tp] {
+							revoked++
+							break
+						}
+					}
+					m.owned = now
+				}
+				answers++
+				if err := disjoint(); err != nil {
+					fails = append(fails, err.Error())
+				}
+			}
+			id, epoch, owned := m.id, m.epoch, m.ownedList()
+			commitNow := m.in && !m.full && len(owned) > 0 && r.IntN(5) == 0
+			if commitNow {
+				commits++
+			}
+			mu.Unlock()
+			if commitNow {
+				commit(r, id, epoch, owned)
+			}
+			time.Sleep(time.Duration(200+r.IntN(1500)) * time.Microsecond)
+		}
+	}
+
+	busy := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range ms {
+		r := rand.New(rand.NewPCG(seed, uint64(i)))
+		wg.Go(func() { run(i, busy, true, r) })
+	}
+	owners, grown := 0, 0
+	prev := first
+	deadline := time.Now().Add(runFor)
+	for v := int64(2); v <= maxSwaps && time.Now().Before(deadline); v++ {
+		next := place(v)
+		a, _ := NewTable(prev).Group(g)
+		if b, _ := NewTable(next).Group(g); a.ID != b.ID {
+			owners++
+		}
+		for _, i := range rng.Perm(brokers) {
+			coords[i].Apply(prev, next)
+			applied[i].Store(v)
+			time.Sleep(time.Duration(rng.IntN(1500)) * time.Microsecond)
+		}
+		if rng.IntN(20) == 0 && parts.Load() < 16 {
+			parts.Add(1)
+			grown++
+		}
+		prev = next
+		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+	}
+	close(busy)
+	wg.Wait()
+	mu.Lock()
+	t.Logf("seed %d: %d owner changes, topic grown %d times; %d answers (%d revoking, %d lost), %d leaves, %d commits, %d requests sent again to the next owner",
+		seed, owners, grown, answers, revoked, lostN, leaves, commits, retried)
+	if owners == 0 || revoked == 0 || retried == 0 || commits == 0 {
+		t.Fatal("the group never moved, or no member revoked a partition, committed or met a move")
+	}
+	if len(fails) > 0 {
+		t.Fatalf("while the group moved:\n%s", strings.Join(fails, "\n"))
+	}
+	for _, m := range ms {
+		m.full = true // it heartbeats again after a pause
+	}
+	mu.Unlock()
+
+	// Quiet: the members heartbeat on at one owner until the group is
+	// reconciled.
+	quiet := make(chan struct{})
+	for i := range ms {
+		r := rand.New(rand.NewPCG(seed, uint64(100+i)))
+		wg.Go(func() { run(i, quiet, false, r) })
+	}
+	reconciled := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n, epoch, owned := int(parts.Load()), int32(-1), 0
+		for _, m := range ms {
+			if !m.in || (epoch >= 0 && m.epoch != epoch) {
+				return false
+			}
+			epoch = m.epoch
+			if k := len(m.owned); k < n/members || k > n/members+1 {
+				return false
+			}
+			owned += len(m.owned)
+		}
+		return owned == n && disjoint() == nil
+	}
+	end := time.Now().Add(settleBy)
+	done := reconciled()
+	for ; !done && time.Now().Before(end); done = reconciled() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(quiet)
+	wg.Wait()
+	if len(fails) > 0 {
+		t.Fatalf("after the group stopped moving:\n%s", strings.Join(fails, "\n"))
+	}
+	if !done {
+		for _, m := range ms {
+			t.Logf("%s in=%v epoch=%d owned=%v", m.id, m.in, m.epoch, m.ownedList())
+		}
+		t.Fatalf("not reconciled %s after the last move", settleBy)
+	}
+}
