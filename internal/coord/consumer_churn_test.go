@@ -15,7 +15,6 @@ import (
 
 	"github.com/kaas-dev/kaas/internal/cgroup"
 	"github.com/kaas-dev/kaas/internal/cluster"
-	"github.com/kaas-dev/kaas/internal/group"
 	"github.com/kaas-dev/kaas/internal/offsets"
 )
 
@@ -87,38 +86,17 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 		return cgroup.NewImage(cgroup.Topic{Name: "t", ID: topic, Partitions: parts.Load()})
 	}
 	rng := rand.New(rand.NewPCG(seed, 848))
-	dir := t.TempDir()
-	ids := []string{"kaas-0", "kaas-1", "kaas-2"}
-	var applied [brokers]atomic.Int64
-	settled := func(a *cluster.Assignment) bool {
-		for i := range applied {
-			if applied[i].Load() < a.AssignmentVersion {
-				return false
-			}
-		}
-		return true
-	}
 	cc := cgroup.DefaultConfig()
 	cc.JoinLinger = []time.Duration{0, cgroup.DefaultJoinLinger}[seed%2]
-	coords := make([]*Coordinator, brokers)
-	for i := range coords {
-		// The file is real; fsync is skipped to bound the test's time.
-		st, err := offsets.Open(offsets.Options{Dir: offsetsDir(dir), NoSync: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		coords[i] = New(Config{Me: ids[i], Store: st, Group: group.DefaultConfig(), Consumer: cc, Settled: settled})
-		coords[i].SetTopics(image)
+	rig := newSwapRig(t, t.TempDir(), brokers, func(c *Config) { c.Consumer = cc })
+	for _, c := range rig.coords {
+		c.SetTopics(image)
 	}
 	place := func(v int64) *cluster.Assignment {
-		return assignment(v, brokers, nil, map[string]string{g: ids[rng.IntN(brokers)]})
+		return assignment(v, brokers, nil, map[string]string{g: rig.ids[rng.IntN(brokers)]})
 	}
 	first := place(1)
-	for i, c := range coords {
-		c.Apply(nil, first)
-		applied[i].Store(1)
-	}
+	rig.apply(rng, nil, first)
 
 	var (
 		mu    sync.Mutex // guards ms and the counts below
@@ -165,11 +143,11 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 				fail("%s epoch %d: not answered in 10s", in.MemberID, in.MemberEpoch)
 				return cgroup.HeartbeatResult{}, false
 			}
-			b, err := coords[r.IntN(brokers)].FindGroup(g)
+			c, _, err := rig.at(r, g)
 			if err == nil {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				var res cgroup.HeartbeatResult
-				res, err = coords[slices.Index(ids, b.ID)].ConsumerHeartbeat(ctx, g, in)
+				res, err = c.ConsumerHeartbeat(ctx, g, in)
 				cancel()
 				if err == nil {
 					return res, true
@@ -212,9 +190,8 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 				fail("%s epoch %d: commit not answered in 10s", id, epoch)
 				return
 			}
-			b, err := coords[r.IntN(brokers)].FindGroup(g)
+			c, _, err := rig.at(r, g)
 			if err == nil {
-				c := coords[slices.Index(ids, b.ID)]
 				if step == 0 {
 					var wait func(context.Context) error
 					var refused map[offsets.TP]error
@@ -363,11 +340,7 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 		if b, _ := NewTable(next).Group(g); a.ID != b.ID {
 			owners++
 		}
-		for _, i := range rng.Perm(brokers) {
-			coords[i].Apply(prev, next)
-			applied[i].Store(v)
-			time.Sleep(time.Duration(rng.IntN(1500)) * time.Microsecond)
-		}
+		rig.apply(rng, prev, next)
 		if rng.IntN(20) == 0 && parts.Load() < 16 {
 			parts.Add(1)
 			grown++

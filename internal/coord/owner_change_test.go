@@ -421,26 +421,9 @@ func TestOwnerChangeStressNoStaleStampNoRewind(t *testing.T) {
 		runFor   = 3 * time.Second
 	)
 	dir := t.TempDir()
-	ids := []string{"kaas-0", "kaas-1", "kaas-2"}
 	var hist sync.Map // version -> *Table
-	var applied [brokers]atomic.Int64
-	settled := func(a *cluster.Assignment) bool {
-		for i := range applied {
-			if applied[i].Load() < a.AssignmentVersion {
-				return false
-			}
-		}
-		return true
-	}
-	coords := make([]*Coordinator, brokers)
-	for i := range coords {
-		st, err := offsets.Open(offsets.Options{Dir: offsetsDir(dir), NoSync: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		coords[i] = New(Config{Me: ids[i], Store: st, Group: group.DefaultConfig(), Settled: settled})
-	}
+	rig := newSwapRig(t, dir, brokers, nil)
+	ids := rig.ids
 	gs := make([]string, groups)
 	for i := range gs {
 		gs[i] = fmt.Sprintf("stress-%d", i)
@@ -456,10 +439,7 @@ func TestOwnerChangeStressNoStaleStampNoRewind(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	first := place(1, rng)
-	for i, c := range coords {
-		c.Apply(nil, first)
-		applied[i].Store(1)
-	}
+	rig.apply(rng, nil, first)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
@@ -479,11 +459,7 @@ func TestOwnerChangeStressNoStaleStampNoRewind(t *testing.T) {
 		deadline := time.Now().Add(runFor)
 		for v := int64(2); v <= maxSwaps && time.Now().Before(deadline); v++ {
 			next := place(v, rng)
-			for _, i := range rng.Perm(brokers) {
-				coords[i].Apply(prev, next)
-				applied[i].Store(v)
-				time.Sleep(time.Duration(rng.IntN(1500)) * time.Microsecond)
-			}
+			rig.apply(rng, prev, next)
 			prev = next
 			time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
 		}
@@ -503,11 +479,10 @@ func TestOwnerChangeStressNoStaleStampNoRewind(t *testing.T) {
 					return
 				default:
 				}
-				b, err := coords[r.IntN(brokers)].FindGroup(g)
+				c, b, err := rig.at(r, g)
 				if err != nil {
 					continue
 				}
-				c := coords[slices.Index(ids, b.ID)]
 				if err := commitOne(c, g, v); err != nil {
 					if !errors.Is(err, ErrNotCoordinator) && !errors.Is(err, ErrLoadInProgress) {
 						report(fmt.Errorf("%s commit %d via %s: %w", g, v, b.ID, err))
@@ -539,11 +514,11 @@ func TestOwnerChangeStressNoStaleStampNoRewind(t *testing.T) {
 				default:
 				}
 				floor := acked[gi].Load()
-				b, err := coords[r.IntN(brokers)].FindGroup(g)
+				c, b, err := rig.at(r, g)
 				if err != nil {
 					continue
 				}
-				got, err := coords[slices.Index(ids, b.ID)].Fetch(g, nil)
+				got, err := c.Fetch(g, nil)
 				if err != nil {
 					continue
 				}
@@ -591,4 +566,64 @@ func readGroupFileErr(dir, g string) (groupFile, bool) {
 	}
 	f.Fence = offsets.Fence{ControllerEpoch: f.RawFence["controller_epoch"], AssignmentVersion: f.RawFence["assignment_version"]}
 	return f, true
+}
+
+// swapRig is coordinators over one data dir, named kaas-0, kaas-1, ..., that
+// wait for each other the way cluster.Runtime.Settled makes brokers wait: an
+// assignment is settled once every one of them has applied it.
+type swapRig struct {
+	ids     []string
+	coords  []*Coordinator
+	applied []atomic.Int64 // the assignment version each has applied
+}
+
+// newSwapRig opens n coordinators over dir; cfg, when set, adjusts each
+// one's configuration.
+func newSwapRig(t *testing.T, dir string, n int, cfg func(*Config)) *swapRig {
+	r := &swapRig{applied: make([]atomic.Int64, n)}
+	settled := func(a *cluster.Assignment) bool {
+		for i := range r.applied {
+			if r.applied[i].Load() < a.AssignmentVersion {
+				return false
+			}
+		}
+		return true
+	}
+	for i := range n {
+		// The files are real; fsync is skipped to bound the test's time.
+		st, err := offsets.Open(offsets.Options{Dir: offsetsDir(dir), NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		c := Config{Me: fmt.Sprintf("kaas-%d", i), Store: st, Group: group.DefaultConfig(), Settled: settled}
+		if cfg != nil {
+			cfg(&c)
+		}
+		r.ids = append(r.ids, c.Me)
+		r.coords = append(r.coords, New(c))
+	}
+	return r
+}
+
+// apply gives next to every coordinator. After a first assignment (prev
+// nil), it reaches them one by one, in a random order, with pauses of up
+// to 1.5 ms, as brokers poll at their own pace.
+func (r *swapRig) apply(rng *rand.Rand, prev, next *cluster.Assignment) {
+	for _, i := range rng.Perm(len(r.coords)) {
+		r.coords[i].Apply(prev, next)
+		r.applied[i].Store(next.AssignmentVersion)
+		if prev != nil {
+			time.Sleep(time.Duration(rng.IntN(1500)) * time.Microsecond)
+		}
+	}
+}
+
+// at is the coordinator that a random one of them says coordinates g.
+func (r *swapRig) at(rng *rand.Rand, g string) (*Coordinator, Broker, error) {
+	b, err := r.coords[rng.IntN(len(r.coords))].FindGroup(g)
+	if err != nil {
+		return nil, b, err
+	}
+	return r.coords[slices.Index(r.ids, b.ID)], b, nil
 }
