@@ -172,12 +172,16 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 		}
 	}
 
-	// commit commits offsets for what member m owns at its epoch
-	// (OffsetCommit v9) and checks OffsetFetch v9's member gate, each
-	// where a random broker says the group is, again after NOT_COORDINATOR:
-	// neither is refused.
+	// commit commits offsets for what member m owns at its epoch, with
+	// OffsetCommit v9 or in a transaction (TxnOffsetCommit with the
+	// member's id and epoch, then the commit marker), and checks OffsetFetch
+	// v9's member gate and reads the offsets back, each where a random
+	// broker says the group is, again after NOT_COORDINATOR: none is
+	// refused, and the offsets read are those committed.
 	var offset atomic.Int64
 	commit := func(r *rand.Rand, id string, epoch int32, owned []cgroup.TopicPartitions) {
+		txn := r.IntN(2) == 0
+		pid := 1000 + offset.Add(1) // a producer of its own
 		offs := map[offsets.TP]offsets.Offset{}
 		for _, tps := range owned {
 			for _, p := range tps.Partitions {
@@ -185,26 +189,47 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 			}
 		}
 		give := time.Now().Add(10 * time.Second)
-		for step := 0; step < 2; {
+		steps := []string{"commit", "fetch"}
+		if txn {
+			steps = []string{"transactional commit", "transaction marker", "fetch"}
+		}
+		for step := 0; step < len(steps); {
 			if time.Now().After(give) {
-				fail("%s epoch %d: commit not answered in 10s", id, epoch)
+				fail("%s epoch %d: %s not answered in 10s", id, epoch, steps[step])
 				return
 			}
 			c, _, err := rig.at(r, g)
 			if err == nil {
-				if step == 0 {
+				var refused map[offsets.TP]error
+				switch steps[step] {
+				case "commit":
 					var wait func(context.Context) error
-					var refused map[offsets.TP]error
 					wait, refused, err = c.Commit(CommitInput{Group: g, Version: 9, Generation: epoch, MemberID: id, Offsets: offs})
-					if err == nil && len(refused) > 0 {
-						fail("%s epoch %d: commit refused %v", id, epoch, refused)
-						return
-					}
-					if err == nil {
+					if err == nil && len(refused) == 0 {
 						err = wait(context.Background())
 					}
-				} else {
-					err = c.CheckFetch(g, &id, epoch)
+				case "transactional commit":
+					refused, err = c.TxnCommit(context.Background(), TxnCommitInput{Group: g, TransactionalID: fmt.Sprint("tx-", pid),
+						ProducerID: pid, Generation: epoch, MemberID: id, Offsets: offs})
+				case "transaction marker":
+					err = c.EndTxnOffsets(context.Background(), g, pid, true)
+				default:
+					// The member reads back what it committed: nobody
+					// else may commit its partitions meanwhile.
+					if err = c.CheckFetch(g, &id, epoch); err == nil {
+						var got map[offsets.TP]offsets.Offset
+						if got, err = c.Fetch(g, nil); err == nil {
+							for tp, o := range offs {
+								if got[tp].Offset != o.Offset {
+									fail("%s epoch %d: %v read back %d after committing %d", id, epoch, tp, got[tp].Offset, o.Offset)
+								}
+							}
+						}
+					}
+				}
+				if err == nil && len(refused) > 0 {
+					fail("%s epoch %d: %s refused %v", id, epoch, steps[step], refused)
+					return
 				}
 				if err == nil {
 					step++
@@ -212,7 +237,7 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 				}
 			}
 			if !errors.Is(err, ErrNotCoordinator) && !errors.Is(err, ErrLoadInProgress) {
-				fail("%s epoch %d: %s: %v", id, epoch, []string{"commit", "fetch"}[step], err)
+				fail("%s epoch %d: %s: %v", id, epoch, steps[step], err)
 				return
 			}
 			time.Sleep(100 * time.Microsecond)
