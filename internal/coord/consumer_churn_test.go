@@ -15,7 +15,9 @@ import (
 
 	"github.com/kaas-dev/kaas/internal/cgroup"
 	"github.com/kaas-dev/kaas/internal/cluster"
+	"github.com/kaas-dev/kaas/internal/group"
 	"github.com/kaas-dev/kaas/internal/offsets"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // TestConsumerGroupOwnerChurnFencesNoMember is the KIP-848 side of
@@ -23,13 +25,17 @@ import (
 // data dir, a swapper that moves one consumer group between them while
 // its members heartbeat from their own goroutines (each new assignment
 // reaches the brokers one by one, in a random order, with pauses), the
-// topic growing now and then, and members leaving and rejoining. A member
-// asks whichever broker a random one names, and on NOT_COORDINATOR or
-// COORDINATOR_LOAD_IN_PROGRESS sends a full heartbeat there again, as the
-// clients do. Throughout:
+// topic growing now and then, and members leaving and rejoining. Two of
+// the six are classic members of the consumer group (JoinGroup, SyncGroup,
+// Heartbeat, LeaveGroup; a consumer-protocol member stays in throughout,
+// so the group never turns classic). A member asks whichever broker a
+// random one names, and on NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS
+// sends its request there again (a full heartbeat), as the clients do.
+// Throughout:
 //
 //   - no member that heartbeats is ever answered UNKNOWN_MEMBER_ID or
-//     FENCED_MEMBER_EPOCH: a move is invisible to it;
+//     FENCED_MEMBER_EPOCH (a classic one ILLEGAL_GENERATION or
+//     UNKNOWN_MEMBER_ID), nor refused a commit: a move is invisible to it;
 //   - no partition is owned by two members at once, by what each was told
 //     (a member gives up a revoked partition before it says so);
 //   - a member's epoch never goes back;
@@ -50,6 +56,8 @@ func TestConsumerGroupOwnerChurnFencesNoMember(t *testing.T) {
 type churnMember struct {
 	id       string
 	instance *string // a static member's group.instance.id
+	classic  bool    // speaks JoinGroup, SyncGroup and Heartbeat
+	rejoin   bool    // classic: told to rejoin
 	in       bool
 	epoch    int32
 	owned    map[cgroup.TP]bool
@@ -74,6 +82,7 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 	const (
 		brokers  = 3
 		members  = 6
+		classics = 2 // the last members are classic ones
 		maxSwaps = 300
 		runFor   = 2 * time.Second
 		settleBy = 20 * time.Second
@@ -103,11 +112,13 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 		ms    = make([]*churnMember, members)
 		fails []string
 		// counts, to show the property was exercised
-		answers, revoked, retried, lostN, leaves, commits int
+		answers, revoked, retried, lostN, leaves, commits, syncs int
 	)
 	for i := range ms {
-		ms[i] = &churnMember{id: fmt.Sprintf("m%d", i), owned: map[cgroup.TP]bool{}}
-		if i%2 == 1 {
+		ms[i] = &churnMember{id: fmt.Sprintf("m%d", i), owned: map[cgroup.TP]bool{}, classic: i >= members-classics}
+		if ms[i].classic {
+			ms[i].id = "" // the coordinator names it
+		} else if i%2 == 1 {
 			inst := fmt.Sprintf("i%d", i)
 			ms[i].instance = &inst
 		}
@@ -179,7 +190,7 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 	// broker says the group is, again after NOT_COORDINATOR: none is
 	// refused, and the offsets read are those committed.
 	var offset atomic.Int64
-	commit := func(r *rand.Rand, id string, epoch int32, owned []cgroup.TopicPartitions) {
+	commit := func(r *rand.Rand, id string, classic bool, epoch int32, owned []cgroup.TopicPartitions) {
 		txn := r.IntN(2) == 0
 		pid := 1000 + offset.Add(1) // a producer of its own
 		offs := map[offsets.TP]offsets.Offset{}
@@ -204,7 +215,11 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 				switch steps[step] {
 				case "commit":
 					var wait func(context.Context) error
-					wait, refused, err = c.Commit(CommitInput{Group: g, Version: 9, Generation: epoch, MemberID: id, Offsets: offs})
+					version := int16(9)
+					if classic {
+						version = 8
+					}
+					wait, refused, err = c.Commit(CommitInput{Group: g, Version: version, Generation: epoch, MemberID: id, Offsets: offs})
 					if err == nil && len(refused) == 0 {
 						err = wait(context.Background())
 					}
@@ -216,7 +231,10 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 				default:
 					// The member reads back what it committed: nobody
 					// else may commit its partitions meanwhile.
-					if err = c.CheckFetch(g, &id, epoch); err == nil {
+					if !classic {
+						err = c.CheckFetch(g, &id, epoch)
+					}
+					if err == nil {
 						var got map[offsets.TP]offsets.Offset
 						if got, err = c.Fetch(g, nil); err == nil {
 							for tp, o := range offs {
@@ -244,6 +262,165 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 		}
 	}
 
+	// classicAt delivers one classic request where a random broker says
+	// the group is, again after NOT_COORDINATOR or
+	// COORDINATOR_LOAD_IN_PROGRESS; false when it is not answered in time.
+	classicAt := func(r *rand.Rand, what string, do func(c *Coordinator) (group.Code, error)) (group.Code, bool) {
+		give := time.Now().Add(10 * time.Second)
+		for {
+			if time.Now().After(give) {
+				fail("classic %s: not answered in 10s", what)
+				return 0, false
+			}
+			c, _, err := rig.at(r, g)
+			var code group.Code
+			if err == nil {
+				code, err = do(c)
+				if err == nil && code != group.ErrNotCoordinator {
+					return code, true
+				}
+			}
+			if err != nil && !errors.Is(err, ErrNotCoordinator) && !errors.Is(err, ErrLoadInProgress) {
+				fail("classic %s: %v", what, err)
+				return 0, false
+			}
+			mu.Lock()
+			retried++
+			mu.Unlock()
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+
+	// classicStep is one turn of a classic (cooperative) member: heartbeat,
+	// and join and sync when told to rejoin; while churn, now and then it
+	// leaves (LeaveGroup) and joins again under a new member id. It owns
+	// what its last SyncGroup gave it. False when a request went unanswered.
+	classicStep := func(m *churnMember, churn bool, r *rand.Rand) bool {
+		mu.Lock()
+		id, gen, rejoin := m.id, m.epoch, !m.in || m.rejoin
+		ready := ms[0].in // a classic join into an empty group would make it classic
+		leaving := churn && m.in && !m.rejoin && r.IntN(200) == 0
+		if leaving {
+			m.owned, m.in, m.epoch, m.id = map[cgroup.TP]bool{}, false, 0, ""
+			leaves++
+		}
+		var owned []int32
+		for tp := range m.owned {
+			owned = append(owned, tp.Partition)
+		}
+		mu.Unlock()
+		switch {
+		case !ready:
+			return true
+		case leaving:
+			code, ok := classicAt(r, "leave", func(c *Coordinator) (group.Code, error) {
+				res, err := c.Leave(g, group.LeaveInput{Version: 3, Members: []group.LeaveMember{{MemberID: id}}})
+				if err == nil && res.Err == group.ErrNone && len(res.Members) == 1 {
+					return res.Members[0].Err, nil
+				}
+				return res.Err, err
+			})
+			// A leave whose first try landed before the group moved
+			// finds the member gone at the next owner.
+			if ok && code != group.ErrNone && code != group.ErrUnknownMemberID {
+				fail("leave of %s: %s", id, group.ErrName(code))
+			}
+			return ok
+		case !rejoin:
+			code, ok := classicAt(r, "heartbeat", func(c *Coordinator) (group.Code, error) {
+				res, err := c.Heartbeat(g, group.HeartbeatInput{MemberID: id, Generation: gen})
+				return res.Err, err
+			})
+			switch {
+			case !ok:
+				return false
+			case code == group.ErrRebalanceInProgress:
+				mu.Lock()
+				m.rejoin = true
+				mu.Unlock()
+			case code != group.ErrNone:
+				fail("classic heartbeat of %s at generation %d: %s", id, gen, group.ErrName(code))
+			}
+			return true
+		}
+		var jr group.JoinResult
+		code, ok := classicAt(r, "join", func(c *Coordinator) (group.Code, error) {
+			ch, err := c.Join(g, classicJoinIn(id, owned...))
+			if err != nil {
+				return 0, err
+			}
+			jr = <-ch
+			return jr.Err, nil
+		})
+		if !ok {
+			return false
+		}
+		if code != group.ErrNone {
+			fail("classic join of %q owning %v: %s", id, owned, group.ErrName(code))
+			return true
+		}
+		var sr group.SyncResult
+		code, ok = classicAt(r, "sync", func(c *Coordinator) (group.Code, error) {
+			ch, err := c.Sync(g, group.SyncInput{MemberID: jr.MemberID, Generation: jr.Generation})
+			if err != nil {
+				return 0, err
+			}
+			sr = <-ch
+			return sr.Err, nil
+		})
+		if !ok {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		m.id, m.in, m.rejoin = jr.MemberID, true, false
+		if jr.Generation < m.epoch {
+			fails = append(fails, fmt.Sprintf("%s generation went back %d -> %d", m.id, m.epoch, jr.Generation))
+		}
+		m.epoch = jr.Generation
+		switch code {
+		case group.ErrNone:
+		case group.ErrRebalanceInProgress:
+			m.rejoin = true // the group moved on meanwhile: it rejoins
+			return true
+		default:
+			fails = append(fails, fmt.Sprintf("classic sync of %s at generation %d: %s", m.id, jr.Generation, group.ErrName(code)))
+			return true
+		}
+		var a kmsg.ConsumerMemberAssignment
+		if err := a.ReadFrom(sr.Assignment); err != nil {
+			fails = append(fails, fmt.Sprintf("classic sync of %s: assignment %v", m.id, err))
+			return true
+		}
+		now := map[cgroup.TP]bool{}
+		for _, at := range a.Topics {
+			for _, p := range at.Partitions {
+				now[cgroup.TP{Topic: topic, Partition: p}] = true
+			}
+		}
+		for tp := range m.owned {
+			if !now[tp] {
+				revoked++
+				break
+			}
+		}
+		m.owned = now
+		answers++
+		syncs++
+		if err := disjoint(); err != nil {
+			fails = append(fails, err.Error())
+		}
+		if churn && len(now) > 0 && r.IntN(3) == 0 {
+			// Commits with its generation, as a classic consumer does.
+			commits++
+			id, gen, owned := m.id, m.epoch, m.ownedList()
+			mu.Unlock()
+			commit(r, id, true, gen, owned)
+			mu.Lock()
+		}
+		return true
+	}
+
 	// run is member i's loop until stop: join, heartbeat, and while churn
 	// now and then leave and join again, or lose an answer.
 	run := func(i int, stop <-chan struct{}, churn bool, r *rand.Rand) {
@@ -254,9 +431,18 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 				return
 			default:
 			}
+			if m.classic {
+				if !classicStep(m, churn, r) {
+					return
+				}
+				time.Sleep(time.Duration(200+r.IntN(1500)) * time.Microsecond)
+				continue
+			}
 			mu.Lock()
 			in := cgroup.HeartbeatInput{Version: 1, MemberID: m.id, MemberEpoch: m.epoch, RebalanceTimeoutMs: -1, InstanceID: m.instance}
-			leaving := churn && m.in && r.IntN(200) == 0
+			// m0 stays: with a consumer-protocol member always in, the
+			// group never turns classic.
+			leaving := churn && i > 0 && m.in && r.IntN(200) == 0
 			switch {
 			case !m.in:
 				in.MemberEpoch, in.RebalanceTimeoutMs, in.SubscribedTopicNames = cgroup.JoinEpoch, 30_000, []string{"t"}
@@ -344,7 +530,7 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 			}
 			mu.Unlock()
 			if commitNow {
-				commit(r, id, epoch, owned)
+				commit(r, id, m.classic, epoch, owned)
 			}
 			time.Sleep(time.Duration(200+r.IntN(1500)) * time.Microsecond)
 		}
@@ -376,9 +562,9 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 	close(busy)
 	wg.Wait()
 	mu.Lock()
-	t.Logf("seed %d: %d owner changes, topic grown %d times; %d answers (%d revoking, %d lost), %d leaves, %d commits, %d requests sent again to the next owner",
-		seed, owners, grown, answers, revoked, lostN, leaves, commits, retried)
-	if owners == 0 || revoked == 0 || retried == 0 || commits == 0 {
+	t.Logf("seed %d: %d owner changes, topic grown %d times; %d answers (%d revoking, %d lost, %d classic syncs), %d leaves, %d commits, %d requests sent again to the next owner",
+		seed, owners, grown, answers, revoked, lostN, syncs, leaves, commits, retried)
+	if owners == 0 || revoked == 0 || retried == 0 || commits == 0 || syncs == 0 {
 		t.Fatal("the group never moved, or no member revoked a partition, committed or met a move")
 	}
 	if len(fails) > 0 {
