@@ -20,6 +20,24 @@ import (
 // keep their member ids (an UNKNOWN_MEMBER_ID would make franz-go drop its
 // id and join anew with another) and keep consuming (issue 14).
 func TestDrainedCoordinatorGroupMembersGetUnknownMember(t *testing.T) {
+	drainConsumingGroupsCoordinator(t, nil)
+}
+
+// TestDrainedCoordinatorKIP848MembersKeepTheirEpochs is the same with
+// franz-go's KIP-848 members (ConsumerGroupHeartbeat): across the drain
+// they keep their member ids and epochs (nobody joined or left, so the
+// group epoch did not move), and no record is consumed twice.
+func TestDrainedCoordinatorKIP848MembersKeepTheirEpochs(t *testing.T) {
+	drainConsumingGroupsCoordinator(t, []kgo.Opt{kgo.ServerSideBalancer()})
+}
+
+// drainConsumingGroupsCoordinator drains the broker coordinating a group
+// of two franz-go members (with extra options) while they consume, and
+// checks that they keep consuming and committing at the new coordinator
+// with their member ids; a member of a KIP-848 group keeps its epoch too,
+// and consumes no record twice.
+func drainConsumingGroupsCoordinator(t *testing.T, extra []kgo.Opt) {
+	kip848 := len(extra) > 0
 	c := Start(t, Options{Brokers: 3, Group: func(g *group.Config) { g.InitialRebalanceDelay = 0 }})
 	cl := client(t, c)
 	ctx := context.Background()
@@ -48,14 +66,15 @@ func TestDrainedCoordinatorGroupMembersGetUnknownMember(t *testing.T) {
 
 	var mu sync.Mutex
 	seen := map[string]bool{}
+	twice := 0
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	var members []*kgo.Client
 	for range 2 {
-		m, err := kgo.NewClient(kgo.SeedBrokers(c.AllAddrs()...), kgo.ConsumerGroup(groupID), kgo.ConsumeTopics("dg"),
-			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.AutoCommitInterval(100*time.Millisecond),
-			kgo.HeartbeatInterval(200*time.Millisecond), kgo.SessionTimeout(10*time.Second))
+		m, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.AllAddrs()...), kgo.ConsumerGroup(groupID), kgo.ConsumeTopics("dg"),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.AutoCommitInterval(100 * time.Millisecond),
+			kgo.HeartbeatInterval(200 * time.Millisecond), kgo.SessionTimeout(10 * time.Second)}, extra...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,6 +85,9 @@ func TestDrainedCoordinatorGroupMembersGetUnknownMember(t *testing.T) {
 			for cctx.Err() == nil {
 				m.PollFetches(cctx).EachRecord(func(r *kgo.Record) {
 					mu.Lock()
+					if seen[string(r.Value)] {
+						twice++
+					}
 					seen[string(r.Value)] = true
 					mu.Unlock()
 				})
@@ -143,6 +165,14 @@ func TestDrainedCoordinatorGroupMembersGetUnknownMember(t *testing.T) {
 		if after[i].id != before[i].id {
 			t.Fatalf("member %d: id %q before the drain, %q after: it was told UNKNOWN_MEMBER_ID and joined anew", i, before[i].id, after[i].id)
 		}
+		if kip848 && after[i].gen != before[i].gen {
+			t.Fatalf("member %d: epoch %d before the drain, %d after", i, before[i].gen, after[i].gen)
+		}
 	}
-	t.Logf("members %+v before the drain, %+v after", before, after)
+	mu.Lock()
+	defer mu.Unlock()
+	if kip848 && twice > 0 {
+		t.Fatalf("%d records consumed twice across the drain", twice)
+	}
+	t.Logf("members %+v before the drain, %+v after; %d records consumed twice", before, after, twice)
 }
