@@ -44,7 +44,13 @@ func drainConsumingGroupsCoordinator(t *testing.T, extra []kgo.Opt) {
 	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 6, 1, nil, "dg"); err != nil {
 		t.Fatal(err)
 	}
-	ctrl := int32(c.Controller())
+	ctrl := int32(-1) // a group coordinated elsewhere: the drain moves no controller
+	testutil.WaitFor(t, 10*time.Second, func() error {
+		if ctrl = int32(c.Controller()); ctrl < 0 {
+			return fmt.Errorf("no controller yet")
+		}
+		return nil
+	})
 	var groupID string
 	for i := 0; groupID == ""; i++ {
 		if g := fmt.Sprintf("dg-%d", i); coordinatorOf(t, cl, g) != ctrl {
