@@ -20,7 +20,7 @@ import (
 // keep their member ids (an UNKNOWN_MEMBER_ID would make franz-go drop its
 // id and join anew with another) and keep consuming (issue 14).
 func TestDrainedCoordinatorGroupMembersGetUnknownMember(t *testing.T) {
-	drainConsumingGroupsCoordinator(t, nil)
+	stopConsumingGroupsCoordinator(t, drain, nil)
 }
 
 // TestDrainedCoordinatorKIP848MembersKeepTheirEpochs is the same with
@@ -28,15 +28,28 @@ func TestDrainedCoordinatorGroupMembersGetUnknownMember(t *testing.T) {
 // they keep their member ids and epochs (nobody joined or left, so the
 // group epoch did not move), and no record is consumed twice.
 func TestDrainedCoordinatorKIP848MembersKeepTheirEpochs(t *testing.T) {
-	drainConsumingGroupsCoordinator(t, []kgo.Opt{kgo.ServerSideBalancer()})
+	stopConsumingGroupsCoordinator(t, drain, []kgo.Opt{kgo.ServerSideBalancer()})
 }
 
-// drainConsumingGroupsCoordinator drains the broker coordinating a group
-// of two franz-go members (with extra options) while they consume, and
-// checks that they keep consuming and committing at the new coordinator
-// with their member ids; a member of a KIP-848 group keeps its epoch too,
-// and consumes no record twice.
-func drainConsumingGroupsCoordinator(t *testing.T, extra []kgo.Opt) {
+// TestKilledCoordinatorKIP848MembersKeepTheirEpochs: the same when the
+// coordinator is killed (no drain): the group moves once the cluster
+// declares the broker dead, and its members carry on there as they were.
+func TestKilledCoordinatorKIP848MembersKeepTheirEpochs(t *testing.T) {
+	stopConsumingGroupsCoordinator(t, kill, []kgo.Opt{kgo.ServerSideBalancer()})
+}
+
+// A way to stop broker i of c.
+var (
+	drain = func(c *Cluster, i int) error { return c.Shutdown(i) }
+	kill  = func(c *Cluster, i int) error { c.Kill(i); return nil }
+)
+
+// stopConsumingGroupsCoordinator stops the broker coordinating a group of
+// two franz-go members (with extra options) while they consume, and checks
+// that they keep consuming and committing at the new coordinator with
+// their member ids; a member of a KIP-848 group keeps its epoch too, and
+// consumes no record twice.
+func stopConsumingGroupsCoordinator(t *testing.T, stop func(c *Cluster, i int) error, extra []kgo.Opt) {
 	kip848 := len(extra) > 0
 	c := Start(t, Options{Brokers: 3, Group: func(g *group.Config) { g.InitialRebalanceDelay = 0 }})
 	cl := client(t, c)
@@ -44,7 +57,7 @@ func drainConsumingGroupsCoordinator(t *testing.T, extra []kgo.Opt) {
 	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 6, 1, nil, "dg"); err != nil {
 		t.Fatal(err)
 	}
-	ctrl := int32(-1) // a group coordinated elsewhere: the drain moves no controller
+	ctrl := int32(-1) // a group coordinated elsewhere: stopping it moves no controller
 	testutil.WaitFor(t, 10*time.Second, func() error {
 		if ctrl = int32(c.Controller()); ctrl < 0 {
 			return fmt.Errorf("no controller yet")
@@ -131,19 +144,19 @@ func drainConsumingGroupsCoordinator(t *testing.T, extra []kgo.Opt) {
 		}
 		return nil
 	})
-	if err := c.Shutdown(victim); err != nil {
-		t.Fatalf("drain of broker %d: %v", victim, err)
+	if err := stop(c, victim); err != nil {
+		t.Fatalf("stopping broker %d: %v", victim, err)
 	}
 	testutil.WaitFor(t, 10*time.Second, func() error {
 		if now := int(coordinatorOf(t, cl, groupID)); now == victim {
-			return fmt.Errorf("the group is still routed to the drained broker %d", victim)
+			return fmt.Errorf("the group is still routed to the stopped broker %d", victim)
 		}
 		return nil
 	})
 	produce(300, 600)
 	testutil.WaitFor(t, 30*time.Second, func() error {
 		if n := count(); n < 600 {
-			return fmt.Errorf("%d of 600 consumed after the drain", n)
+			return fmt.Errorf("%d of 600 consumed after the stop", n)
 		}
 		return nil
 	})
@@ -162,23 +175,23 @@ func drainConsumingGroupsCoordinator(t *testing.T, extra []kgo.Opt) {
 		sum := int64(0)
 		offs.Each(func(o kadm.OffsetResponse) { sum += o.At })
 		if sum < 600 {
-			return fmt.Errorf("committed %d of 600 after the drain", sum)
+			return fmt.Errorf("committed %d of 600 after the stop", sum)
 		}
 		return nil
 	})
 	after := metas()
 	for i := range after {
 		if after[i].id != before[i].id {
-			t.Fatalf("member %d: id %q before the drain, %q after: it was told UNKNOWN_MEMBER_ID and joined anew", i, before[i].id, after[i].id)
+			t.Fatalf("member %d: id %q before the stop, %q after: it was told UNKNOWN_MEMBER_ID and joined anew", i, before[i].id, after[i].id)
 		}
 		if kip848 && after[i].gen != before[i].gen {
-			t.Fatalf("member %d: epoch %d before the drain, %d after", i, before[i].gen, after[i].gen)
+			t.Fatalf("member %d: epoch %d before the stop, %d after", i, before[i].gen, after[i].gen)
 		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	if kip848 && twice > 0 {
-		t.Fatalf("%d records consumed twice across the drain", twice)
+		t.Fatalf("%d records consumed twice across the stop", twice)
 	}
-	t.Logf("members %+v before the drain, %+v after; %d records consumed twice", before, after, twice)
+	t.Logf("members %+v before the stop, %+v after; %d records consumed twice", before, after, twice)
 }
