@@ -144,6 +144,28 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 		return nil
 	}
 
+	// take makes what member m owns the partitions each topic's list
+	// names, counting a revocation; mu held.
+	take := func(m *churnMember, topics map[cgroup.TopicID][]int32) {
+		now := map[cgroup.TP]bool{}
+		for id, ps := range topics {
+			for _, p := range ps {
+				now[cgroup.TP{Topic: id, Partition: p}] = true
+			}
+		}
+		for tp := range m.owned {
+			if !now[tp] {
+				revoked++
+				break
+			}
+		}
+		m.owned = now
+		answers++
+		if err := disjoint(); err != nil {
+			fails = append(fails, err.Error())
+		}
+	}
+
 	// send delivers one heartbeat to the broker a random broker names,
 	// again (a full request) while the group is moving, as a client does
 	// after NOT_COORDINATOR; false when it is not answered in time.
@@ -346,11 +368,7 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 		var jr group.JoinResult
 		code, ok := classicAt(r, "join", func(c *Coordinator) (group.Code, error) {
 			ch, err := c.Join(g, classicJoinIn(id, owned...))
-			if err != nil {
-				return 0, err
-			}
-			jr = <-ch
-			return jr.Err, nil
+			return await(ch, err, &jr, func(r group.JoinResult) group.Code { return r.Err })
 		})
 		if !ok {
 			return false
@@ -362,11 +380,7 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 		var sr group.SyncResult
 		code, ok = classicAt(r, "sync", func(c *Coordinator) (group.Code, error) {
 			ch, err := c.Sync(g, group.SyncInput{MemberID: jr.MemberID, Generation: jr.Generation})
-			if err != nil {
-				return 0, err
-			}
-			sr = <-ch
-			return sr.Err, nil
+			return await(ch, err, &sr, func(r group.SyncResult) group.Code { return r.Err })
 		})
 		if !ok {
 			return false
@@ -392,25 +406,13 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 			fails = append(fails, fmt.Sprintf("classic sync of %s: assignment %v", m.id, err))
 			return true
 		}
-		now := map[cgroup.TP]bool{}
+		topics := map[cgroup.TopicID][]int32{}
 		for _, at := range a.Topics {
-			for _, p := range at.Partitions {
-				now[cgroup.TP{Topic: topic, Partition: p}] = true
-			}
+			topics[topic] = append(topics[topic], at.Partitions...)
 		}
-		for tp := range m.owned {
-			if !now[tp] {
-				revoked++
-				break
-			}
-		}
-		m.owned = now
-		answers++
+		take(m, topics)
 		syncs++
-		if err := disjoint(); err != nil {
-			fails = append(fails, err.Error())
-		}
-		if churn && len(now) > 0 && r.IntN(3) == 0 {
+		if churn && len(m.owned) > 0 && r.IntN(3) == 0 {
 			// Commits with its generation, as a classic consumer does.
 			commits++
 			id, gen, owned := m.id, m.epoch, m.ownedList()
@@ -504,23 +506,13 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 					m.sent = map[cgroup.TP]bool{}
 				}
 				if res.HasAssignment {
-					now := map[cgroup.TP]bool{}
+					topics := map[cgroup.TopicID][]int32{}
 					for _, tps := range res.Assignment {
-						for _, p := range tps.Partitions {
-							now[cgroup.TP{Topic: tps.Topic, Partition: p}] = true
-						}
+						topics[tps.Topic] = append(topics[tps.Topic], tps.Partitions...)
 					}
-					for tp := range m.owned {
-						if !now[tp] {
-							revoked++
-							break
-						}
-					}
-					m.owned = now
-				}
-				answers++
-				if err := disjoint(); err != nil {
-					fails = append(fails, err.Error())
+					take(m, topics)
+				} else {
+					answers++
 				}
 			}
 			id, epoch, owned := m.id, m.epoch, m.ownedList()
@@ -614,4 +606,15 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 		}
 		t.Fatalf("not reconciled %s after the last move", settleBy)
 	}
+}
+
+// await takes the answer of a long-poll request (JoinGroup, SyncGroup)
+// into *into and returns its error code, or err when the request was not
+// taken.
+func await[T any](ch <-chan T, err error, into *T, code func(T) group.Code) (group.Code, error) {
+	if err != nil {
+		return 0, err
+	}
+	*into = <-ch
+	return code(*into), nil
 }
