@@ -101,10 +101,17 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 	for _, c := range rig.coords {
 		c.SetTopics(image)
 	}
-	place := func(v int64) *cluster.Assignment {
-		return assignment(v, brokers, nil, map[string]string{g: rig.ids[rng.IntN(brokers)]})
+	// place places the group on a random broker that is not dead.
+	place := func(v int64, dead []string) *cluster.Assignment {
+		var alive []string
+		for _, id := range rig.ids {
+			if !slices.Contains(dead, id) {
+				alive = append(alive, id)
+			}
+		}
+		return assignment(v, brokers, dead, map[string]string{g: alive[rng.IntN(len(alive))]})
 	}
-	first := place(1)
+	first := place(1, nil)
 	rig.apply(rng, nil, first)
 
 	var (
@@ -534,16 +541,33 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 		r := rand.New(rand.NewPCG(seed, uint64(i)))
 		wg.Go(func() { run(i, busy, true, r) })
 	}
-	owners, grown := 0, 0
+	owners, grown, freezes := 0, 0, 0
 	prev := first
 	deadline := time.Now().Add(runFor)
+	frozen, thawAt := -1, int64(0)
 	for v := int64(2); v <= maxSwaps && time.Now().Before(deadline); v++ {
-		next := place(v)
 		a, _ := NewTable(prev).Group(g)
+		if frozen < 0 && rng.IntN(25) == 0 {
+			// Now and then the group's coordinator freezes (SIGSTOP)
+			// mid-request; it is declared dead and the group moves on
+			// without it, until it thaws a few assignments later.
+			frozen, thawAt = slices.Index(rig.ids, a.ID), v+3+int64(rng.IntN(8))
+			rig.freezeMidRequest(frozen, 20*time.Millisecond)
+			freezes++
+		}
+		var dead []string
+		if frozen >= 0 {
+			dead = []string{rig.ids[frozen]}
+		}
+		next := place(v, dead)
 		if b, _ := NewTable(next).Group(g); a.ID != b.ID {
 			owners++
 		}
 		rig.apply(rng, prev, next)
+		if frozen >= 0 && v >= thawAt {
+			rig.thaw(frozen)
+			frozen = -1
+		}
 		if rng.IntN(20) == 0 && parts.Load() < 16 {
 			parts.Add(1)
 			grown++
@@ -551,13 +575,16 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 		prev = next
 		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
 	}
+	if frozen >= 0 {
+		rig.thaw(frozen)
+	}
 	close(busy)
 	wg.Wait()
 	mu.Lock()
-	t.Logf("seed %d: %d owner changes, topic grown %d times; %d answers (%d revoking, %d lost, %d classic syncs), %d leaves, %d commits, %d requests sent again to the next owner",
-		seed, owners, grown, answers, revoked, lostN, syncs, leaves, commits, retried)
-	if owners == 0 || revoked == 0 || retried == 0 || commits == 0 || syncs == 0 {
-		t.Fatal("the group never moved, or no member revoked a partition, committed or met a move")
+	t.Logf("seed %d: %d owner changes (%d freezing the owner, %d requests frozen before their write), topic grown %d times; %d answers (%d revoking, %d lost, %d classic syncs), %d leaves, %d commits, %d requests sent again to the next owner",
+		seed, owners, freezes, rig.stalled.Load(), grown, answers, revoked, lostN, syncs, leaves, commits, retried)
+	if owners == 0 || freezes == 0 || revoked == 0 || retried == 0 || commits == 0 || syncs == 0 {
+		t.Fatal("the group never moved, its owner never froze, or no member revoked a partition, committed or met a move")
 	}
 	if len(fails) > 0 {
 		t.Fatalf("while the group moved:\n%s", strings.Join(fails, "\n"))

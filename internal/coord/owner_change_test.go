@@ -570,24 +570,48 @@ func readGroupFileErr(dir, g string) (groupFile, bool) {
 
 // swapRig is coordinators over one data dir, named kaas-0, kaas-1, ..., that
 // wait for each other the way cluster.Runtime.Settled makes brokers wait: an
-// assignment is settled once every one of them has applied it.
+// assignment is settled once every one of them that the newest assignment
+// does not call dead has applied it. One of them may be frozen (freeze):
+// its requests and writes wait until it thaws, it applies nothing
+// meanwhile, and it is not Fresh until it has applied the newest assignment
+// after thawing, as a broker resumed from SIGSTOP.
 type swapRig struct {
 	ids     []string
 	coords  []*Coordinator
 	applied []atomic.Int64 // the assignment version each has applied
+	newest  atomic.Pointer[cluster.Assignment]
+
+	mu     sync.Mutex // guards frozen
+	frozen map[int]chan struct{}
+	fresh  []atomic.Bool
+	// stalled counts the requests a freeze caught between their ownership
+	// check and their write.
+	stalled atomic.Int64
+	// pending: the coordinator freezes at its next write (freezeMidRequest),
+	// whose request tells caught.
+	pending []atomic.Bool
+	caught  chan struct{}
 }
 
 // newSwapRig opens n coordinators over dir; cfg, when set, adjusts each
 // one's configuration.
 func newSwapRig(t *testing.T, dir string, n int, cfg func(*Config)) *swapRig {
-	r := &swapRig{applied: make([]atomic.Int64, n)}
+	r := &swapRig{applied: make([]atomic.Int64, n), fresh: make([]atomic.Bool, n), frozen: map[int]chan struct{}{},
+		pending: make([]atomic.Bool, n), caught: make(chan struct{}, 1)}
 	settled := func(a *cluster.Assignment) bool {
+		newest := r.newest.Load()
 		for i := range r.applied {
+			if newest != nil && isDead(newest, r.ids[i]) {
+				continue
+			}
 			if r.applied[i].Load() < a.AssignmentVersion {
 				return false
 			}
 		}
 		return true
+	}
+	for i := range n {
+		r.ids = append(r.ids, fmt.Sprintf("kaas-%d", i))
 	}
 	for i := range n {
 		// The files are real; fsync is skipped to bound the test's time.
@@ -596,21 +620,97 @@ func newSwapRig(t *testing.T, dir string, n int, cfg func(*Config)) *swapRig {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { st.Close() })
-		c := Config{Me: fmt.Sprintf("kaas-%d", i), Store: st, Group: group.DefaultConfig(), Settled: settled}
+		r.fresh[i].Store(true)
+		c := Config{Me: r.ids[i], Store: st, Group: group.DefaultConfig(), Settled: settled, Fresh: r.fresh[i].Load}
 		if cfg != nil {
 			cfg(&c)
 		}
-		r.ids = append(r.ids, c.Me)
-		r.coords = append(r.coords, New(c))
+		co := New(c)
+		co.beforeWrite = func(string, string) { // frozen mid-request
+			if r.pending[i].CompareAndSwap(true, false) {
+				r.freeze(i)
+				r.caught <- struct{}{}
+			}
+			if r.wait(i) {
+				r.stalled.Add(1)
+			}
+		}
+		r.coords = append(r.coords, co)
 	}
 	return r
 }
 
-// apply gives next to every coordinator. After a first assignment (prev
-// nil), it reaches them one by one, in a random order, with pauses of up
-// to 1.5 ms, as brokers poll at their own pace.
+func isDead(a *cluster.Assignment, id string) bool {
+	for _, b := range a.Brokers {
+		if b.ID == id {
+			return b.Health == cluster.Dead
+		}
+	}
+	return false
+}
+
+// wait blocks while coordinator i is frozen; true if it did.
+func (r *swapRig) wait(i int) bool {
+	r.mu.Lock()
+	thaw := r.frozen[i]
+	r.mu.Unlock()
+	if thaw != nil {
+		<-thaw
+	}
+	return thaw != nil
+}
+
+// freeze freezes coordinator i: it stops applying assignments, its
+// requests wait, and it is no longer Fresh.
+func (r *swapRig) freeze(i int) {
+	r.fresh[i].Store(false)
+	r.mu.Lock()
+	r.frozen[i] = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// freezeMidRequest freezes coordinator i at the next request of it that
+// reaches its write (after its ownership check), or after d without one.
+func (r *swapRig) freezeMidRequest(i int, d time.Duration) {
+	r.pending[i].Store(true)
+	select {
+	case <-r.caught:
+	case <-time.After(d):
+		if r.pending[i].CompareAndSwap(true, false) {
+			r.freeze(i)
+		} else {
+			<-r.caught // a request took it meanwhile
+		}
+	}
+}
+
+// thaw resumes coordinator i: what waited goes on at once, with the view
+// it had; it applies the newest assignment a few milliseconds later (its
+// next poll), and is not Fresh until then.
+func (r *swapRig) thaw(i int) {
+	r.mu.Lock()
+	close(r.frozen[i])
+	delete(r.frozen, i)
+	r.mu.Unlock()
+	time.Sleep(3 * time.Millisecond)
+	newest := r.newest.Load()
+	r.coords[i].Apply(nil, newest)
+	r.applied[i].Store(newest.AssignmentVersion)
+	r.fresh[i].Store(true)
+}
+
+// apply gives next to every coordinator that is not frozen. After a first
+// assignment (prev nil), it reaches them one by one, in a random order,
+// with pauses of up to 1.5 ms, as brokers poll at their own pace.
 func (r *swapRig) apply(rng *rand.Rand, prev, next *cluster.Assignment) {
+	r.newest.Store(next)
 	for _, i := range rng.Perm(len(r.coords)) {
+		r.mu.Lock()
+		frozen := r.frozen[i] != nil
+		r.mu.Unlock()
+		if frozen {
+			continue
+		}
 		r.coords[i].Apply(prev, next)
 		r.applied[i].Store(next.AssignmentVersion)
 		if prev != nil {
@@ -619,11 +719,16 @@ func (r *swapRig) apply(rng *rand.Rand, prev, next *cluster.Assignment) {
 	}
 }
 
-// at is the coordinator that a random one of them says coordinates g.
+// at is the coordinator that a random one of them says coordinates g,
+// each asked once it is not frozen (a request to a frozen broker waits).
 func (r *swapRig) at(rng *rand.Rand, g string) (*Coordinator, Broker, error) {
-	b, err := r.coords[rng.IntN(len(r.coords))].FindGroup(g)
+	i := rng.IntN(len(r.coords))
+	r.wait(i)
+	b, err := r.coords[i].FindGroup(g)
 	if err != nil {
 		return nil, b, err
 	}
-	return r.coords[slices.Index(r.ids, b.ID)], b, nil
+	i = slices.Index(r.ids, b.ID)
+	r.wait(i)
+	return r.coords[i], b, nil
 }
