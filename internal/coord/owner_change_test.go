@@ -408,11 +408,13 @@ func retentionAfterAMove(t *testing.T) {
 	}
 }
 
-// TestOwnerChangeStressNoStaleStampNoRewind swaps assignments continuously
-// while every group is committed to and read through whichever broker
-// claims it: no acknowledged write carries the stamp of an assignment that
-// routes its group elsewhere, and no reader ever sees a committed offset go
-// backwards or below what was acknowledged before its read.
+// TestOwnerChangeStressNoStaleStampNoRewind swaps assignments continuously,
+// now and then freezing a broker mid-request and leaving it behind for a
+// while, as SIGSTOP does, while every group is committed to and read
+// through whichever broker claims it: no acknowledged write carries the
+// stamp of an assignment that routes its group elsewhere, and no reader
+// ever sees a committed offset go backwards or below what was acknowledged
+// before its read.
 func TestOwnerChangeStressNoStaleStampNoRewind(t *testing.T) {
 	const (
 		brokers  = 3
@@ -428,17 +430,19 @@ func TestOwnerChangeStressNoStaleStampNoRewind(t *testing.T) {
 	for i := range gs {
 		gs[i] = fmt.Sprintf("stress-%d", i)
 	}
-	place := func(v int64, rng *rand.Rand) *cluster.Assignment {
+	place := func(v int64, rng *rand.Rand, dead []string) *cluster.Assignment {
 		p := map[string]string{}
 		for _, g := range gs {
-			p[g] = ids[rng.IntN(brokers)]
+			for p[g] == "" || slices.Contains(dead, p[g]) {
+				p[g] = ids[rng.IntN(brokers)]
+			}
 		}
-		a := assignment(v, brokers, nil, p)
+		a := assignment(v, brokers, dead, p)
 		hist.Store(v, NewTable(a))
 		return a
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	first := place(1, rng)
+	first := place(1, rng, nil)
 	rig.apply(rng, nil, first)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -450,18 +454,38 @@ func TestOwnerChangeStressNoStaleStampNoRewind(t *testing.T) {
 		}
 	}
 	// The swapper: each new assignment reaches the brokers one by one, in
-	// a random order, with pauses, as brokers poll at their own pace.
+	// a random order, with pauses, as brokers poll at their own pace. Now
+	// and then a broker freezes in the middle of a request, is declared
+	// dead and left behind for a few assignments, then resumes.
+	freezes := 0
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer close(stop)
 		prev := first
 		deadline := time.Now().Add(runFor)
+		frozen, thawAt := -1, int64(0)
 		for v := int64(2); v <= maxSwaps && time.Now().Before(deadline); v++ {
-			next := place(v, rng)
+			if frozen < 0 && rng.IntN(25) == 0 {
+				frozen, thawAt = rng.IntN(brokers), v+3+int64(rng.IntN(8))
+				rig.freezeMidRequest(frozen, 20*time.Millisecond)
+				freezes++
+			}
+			var dead []string
+			if frozen >= 0 {
+				dead = []string{ids[frozen]}
+			}
+			next := place(v, rng, dead)
 			rig.apply(rng, prev, next)
+			if frozen >= 0 && v >= thawAt {
+				rig.thaw(frozen)
+				frozen = -1
+			}
 			prev = next
 			time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+		}
+		if frozen >= 0 {
+			rig.thaw(frozen)
 		}
 	}()
 	acked := make([]atomic.Int64, groups)
@@ -543,7 +567,10 @@ func TestOwnerChangeStressNoStaleStampNoRewind(t *testing.T) {
 	if writes.Load() < 50 {
 		t.Fatalf("only %d acknowledged writes: the stress did not run", writes.Load())
 	}
-	t.Logf("%d acknowledged commits across owner changes", writes.Load())
+	if freezes == 0 || rig.stalled.Load() == 0 {
+		t.Fatalf("%d freezes, %d requests caught by one: no broker froze mid-request", freezes, rig.stalled.Load())
+	}
+	t.Logf("%d acknowledged commits across owner changes and %d freezes (%d requests caught by one)", writes.Load(), freezes, rig.stalled.Load())
 }
 
 func commitOne(c *Coordinator, g string, v int64) error {
