@@ -366,3 +366,105 @@ func TestListGroupsAtTheNewOwnerShowsAMovedGroupEmpty(t *testing.T) {
 		t.Errorf("ListGroups at the old owner: %+v, want nothing", ls)
 	}
 }
+
+// TestFollowerSyncBehindARefusedGenerationWriteFails: the leader's
+// SyncGroup completes a generation whose write is then refused (the broker
+// lost the group meanwhile: here its view went stale, as when it is frozen
+// and replaced); a follower's SyncGroup that arrived
+// after the leader's, while the write was under way, was answered NONE
+// with its share of that generation, which no owner ever recorded: at the
+// next owner its heartbeat at that generation met ILLEGAL_GENERATION
+// (found by TestClassicGroupOwnerChurnFencesNoMember). Like the leader's,
+// it must be told NOT_COORDINATOR.
+func TestFollowerSyncBehindARefusedGenerationWriteFails(t *testing.T) {
+	dir := t.TempDir()
+	g := "refused-generation"
+	v1 := assignment(1, 2, nil, map[string]string{g: "kaas-0"})
+	v2 := assignment(2, 2, nil, map[string]string{g: "kaas-1"})
+	// The write's ownership check (its first call of Fresh once armed)
+	// waits until released, and then finds this broker's view stale.
+	var armed atomic.Bool
+	blocked, release := make(chan struct{}), make(chan struct{})
+	fresh := func() bool {
+		if armed.CompareAndSwap(true, false) {
+			close(blocked)
+			<-release
+			return false
+		}
+		return true
+	}
+	st, err := offsets.Open(offsets.Options{Dir: offsetsDir(dir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	gc := group.DefaultConfig()
+	gc.InitialRebalanceDelay = 0
+	a := New(Config{Me: "kaas-0", Store: st, Group: gc, Fresh: fresh})
+	a.Apply(nil, v1)
+
+	join := func(id string) group.JoinResult {
+		t.Helper()
+		ch, err := a.Join(g, group.JoinInput{Version: 3, MemberID: id, ProtocolType: "consumer", Protocols: protos(),
+			SessionTimeout: 30 * time.Second, RebalanceTimeout: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return joinWait(t, ch)
+	}
+	sync := func(id string, gen int32, as []group.Assignment) <-chan group.SyncResult {
+		t.Helper()
+		ch, err := a.Sync(g, group.SyncInput{MemberID: id, Generation: gen, Assignments: as})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ch
+	}
+	// Generation 1: one member; then a second joins and generation 2
+	// forms with both.
+	first := join("")
+	if sr := syncWait(t, sync(first.MemberID, first.Generation, []group.Assignment{{MemberID: first.MemberID, Assignment: []byte("all")}})); sr.Err != group.ErrNone {
+		t.Fatalf("sync of generation 1: %s", sr.Err)
+	}
+	secondCh, err := a.Join(g, group.JoinInput{Version: 3, ProtocolType: "consumer", Protocols: protos(),
+		SessionTimeout: 30 * time.Second, RebalanceTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hr, err := a.Heartbeat(g, group.HeartbeatInput{MemberID: first.MemberID, Generation: first.Generation}); err != nil || hr.Err != group.ErrRebalanceInProgress {
+		t.Fatalf("heartbeat of the first member: %+v %v", hr, err)
+	}
+	leader := join(first.MemberID)
+	follower := joinWait(t, secondCh)
+	if leader.Leader != leader.MemberID || follower.Generation != leader.Generation || leader.Generation != 2 {
+		t.Fatalf("generation 2: leader %+v, follower %+v", leader, follower)
+	}
+
+	// The leader's SyncGroup: its write is under way and held (armed once
+	// the request has passed its own ownership check, as its membership
+	// write is queued).
+	a.beforeWrite = func(op, _ string) {
+		if op == "membership" {
+			armed.Store(true)
+		}
+	}
+	leaderCh := sync(leader.MemberID, 2, []group.Assignment{
+		{MemberID: leader.MemberID, Assignment: []byte("half-1")}, {MemberID: follower.MemberID, Assignment: []byte("half-2")}})
+	<-blocked
+	a.beforeWrite = nil
+	// The follower's SyncGroup comes meanwhile; then the write is refused.
+	followerCh := sync(follower.MemberID, 2, nil)
+	close(release)
+
+	if sr := syncWait(t, leaderCh); sr.Err != group.ErrNotCoordinator {
+		t.Fatalf("leader's sync of the generation whose write was refused: %s", sr.Err)
+	}
+	if sr := syncWait(t, followerCh); sr.Err != group.ErrNotCoordinator {
+		t.Fatalf("follower's sync behind the refused write: %s, assignment %q", sr.Err, sr.Assignment)
+	}
+	// The next owner has generation 1 and one member, as the file does.
+	b := newOwner(t, dir, "kaas-1", v2)
+	if d, err := b.Describe(g); err != nil || len(d.Members) != 1 {
+		t.Fatalf("the group at the next owner: %+v %v", d, err)
+	}
+}

@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -23,12 +24,21 @@ type membership struct {
 	// seenGen is the last generation counted in the metrics: one loaded
 	// from the volume is not a new one.
 	seenGen int32
-	// barrier is closed once the last membership write queued by this
+	// barrier is done once the last membership write queued by this
 	// shell is durable and the answers held behind it are delivered; nil
 	// when none is in flight. JoinGroup, SyncGroup and LeaveGroup answers
 	// produced meanwhile wait behind it, so that no answer leaves before a
-	// membership write that an earlier input asked for.
-	barrier chan struct{}
+	// membership write that an earlier input asked for, and they fail
+	// when it failed: they were computed from the state it did not record.
+	barrier *heldAnswers
+}
+
+// heldAnswers is the outcome of a membership write and of the writes
+// queued before it, once done is closed: err is the first failure among
+// them (nil: all durable).
+type heldAnswers struct {
+	done chan struct{}
+	err  error
 }
 
 // armed is a timer the shell started for a slot, with the core's sequence.
@@ -324,35 +334,41 @@ func deliver(out group.Output) {
 
 // hold delivers the answers of out once the membership writes queued before
 // it and its own (wait, or the queueing error qerr) are done. A failed
-// write turns the successful answers into errors (NOT_COORDINATOR when this
-// broker lost the group, COORDINATOR_NOT_AVAILABLE otherwise: both send the
-// client back to FindCoordinator) and starts a rebalance, so that the next
-// generation is written again, as Kafka does when it cannot store a
-// generation. Called with s.mu held; the goroutine is the coordinator's
-// (Close waits for it) and ends when the store has answered.
+// write, its own or one before it, turns the successful answers into errors
+// (NOT_COORDINATOR when this broker lost the group,
+// COORDINATOR_NOT_AVAILABLE otherwise: both send the client back to
+// FindCoordinator): a follower's SyncGroup answered after the leader's
+// carries its share of the generation the leader's write records, and must
+// not succeed if that write did not. Its own failure starts a rebalance,
+// so that the next generation is written again, as Kafka does when it
+// cannot store a generation. Called with s.mu held; the goroutine is the
+// coordinator's (Close waits for it) and ends when the store has answered.
 func (m *membership) hold(out group.Output, wait func(context.Context) error, qerr error) {
 	prev := m.barrier
-	done := make(chan struct{})
-	m.barrier = done
+	h := &heldAnswers{done: make(chan struct{})}
+	m.barrier = h
 	c := m.c
 	c.bg.Add(1)
 	go func() {
 		defer c.bg.Done()
+		var before error
 		if prev != nil {
-			<-prev
+			<-prev.done
+			before = prev.err
 		}
 		err := qerr
 		if err == nil && wait != nil {
 			err = wait(context.Background())
 		}
-		if err != nil {
-			failAnswers(&out, writeErrCode(err))
+		h.err = cmp.Or(before, err)
+		if h.err != nil {
+			failAnswers(&out, writeErrCode(h.err))
 		}
 		deliver(out)
-		close(done)
+		close(h.done)
 		m.s.mu.Lock()
 		defer m.s.mu.Unlock()
-		if m.barrier == done {
+		if m.barrier == h {
 			m.barrier = nil
 		}
 		if err != nil && !m.s.gone && m.s.member == m {
