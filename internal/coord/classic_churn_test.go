@@ -43,13 +43,7 @@ import (
 // generation whose write was refused
 // (TestFollowerSyncBehindARefusedGenerationWriteFails).
 func TestClassicGroupOwnerChurnFencesNoMember(t *testing.T) {
-	seeds := 3
-	if testing.Short() {
-		seeds = 1
-	}
-	for seed := range seeds {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { runClassicChurn(t, uint64(seed)) })
-	}
+	churnSeeds(t, runClassicChurn)
 }
 
 // classicChurnMember is what a simulated eager consumer remembers.
@@ -81,14 +75,7 @@ func runClassicChurn(t *testing.T, seed uint64) {
 	)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	rig := newSwapRig(t, t.TempDir(), brokers, func(c *Config) { c.Group.InitialRebalanceDelay = 0 })
-	place := func(v int64, dead []string) *cluster.Assignment {
-		owner := ""
-		for owner == "" || slices.Contains(dead, owner) {
-			owner = rig.ids[rng.IntN(brokers)]
-		}
-		return assignment(v, brokers, dead, map[string]string{g: owner})
-	}
-	first := place(1, nil)
+	first := rig.placeGroup(rng, 1, g, nil)
 	rig.apply(rng, nil, first)
 
 	var churn atomic.Bool // members leave now and then
@@ -139,37 +126,24 @@ func runClassicChurn(t *testing.T, seed uint64) {
 	// or as the answer of a request parked when the group moved); false
 	// when it is not answered in time.
 	do := func(r *rand.Rand, what string, req func(c *Coordinator) (group.Code, error)) (group.Code, bool) {
-		give := time.Now().Add(10 * time.Second)
-		for {
-			if time.Now().After(give) {
-				fail("%s: not answered in 10s", what)
-				return 0, false
-			}
-			c, b, err := rig.at(r, g)
-			var code group.Code
-			if err == nil {
-				code, err = req(c)
-				mu.Lock()
-				trace(fmt.Sprintf("%s %s at %s: %v %v", time.Now().Format("05.000000"), what, b.ID, group.ErrName(code), err))
-				mu.Unlock()
-				if err == nil && code != group.ErrNotCoordinator {
-					return code, true
-				}
-				if err == nil {
-					mu.Lock()
-					parked++
-					mu.Unlock()
-				}
-			}
-			if err != nil && !errors.Is(err, ErrNotCoordinator) && !errors.Is(err, ErrLoadInProgress) {
-				fail("%s: %v", what, err)
-				return 0, false
-			}
+		code, again, err := rig.askCode(r, g, func(c *Coordinator, at string) (group.Code, error) {
+			code, err := req(c)
 			mu.Lock()
-			retried++
-			mu.Unlock()
-			time.Sleep(100 * time.Microsecond)
+			defer mu.Unlock()
+			trace(fmt.Sprintf("%s %s at %s: %v %v", time.Now().Format("05.000000"), what, at, group.ErrName(code), err))
+			if err == nil && code == group.ErrNotCoordinator {
+				parked++
+			}
+			return code, err
+		})
+		mu.Lock()
+		retried += again
+		mu.Unlock()
+		if err != nil {
+			fail("%s: %v", what, err)
+			return code, false
 		}
+		return code, true
 	}
 
 	// join runs a join and a sync for m (the leader assigns the partitions
@@ -393,36 +367,14 @@ func runClassicChurn(t *testing.T, seed uint64) {
 		}
 		wg.Wait()
 	}()
-	owners, freezes := 0, 0
-	prev := first
-	deadline := time.Now().Add(runFor)
-	frozen, thawAt := -1, int64(0)
-	for v := int64(2); v <= maxSwaps && time.Now().Before(deadline); v++ {
-		a, _ := NewTable(prev).Group(g)
-		if frozen < 0 && rng.IntN(25) == 0 {
-			frozen, thawAt = slices.Index(rig.ids, a.ID), v+3+int64(rng.IntN(8))
-			rig.freezeMidRequest(frozen, 20*time.Millisecond)
-			freezes++
-		}
-		var dead []string
-		if frozen >= 0 {
-			dead = []string{rig.ids[frozen]}
-		}
-		next := place(v, dead)
-		if b, _ := NewTable(next).Group(g); a.ID != b.ID {
-			owners++
-		}
-		rig.apply(rng, prev, next)
-		if frozen >= 0 && v >= thawAt {
-			rig.thaw(frozen)
-			frozen = -1
-		}
-		prev = next
-		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
-	}
-	if frozen >= 0 {
-		rig.thaw(frozen)
-	}
+	owners := 0
+	freezes := rig.churn(rng, first, maxSwaps, runFor, func(prev *cluster.Assignment) int { return rig.ownerOf(prev, g) },
+		func(v int64, dead []string) *cluster.Assignment { return rig.placeGroup(rng, v, g, dead) },
+		func(prev, next *cluster.Assignment) {
+			if rig.ownerOf(prev, g) != rig.ownerOf(next, g) {
+				owners++
+			}
+		})
 	churn.Store(false)
 	mu.Lock()
 	summary := fmt.Sprintf("seed %d: %d owner changes (%d freezing the owner, %d requests frozen before their write); %d syncs, %d rejoins, %d leaves, %d commits, %d requests sent again to the next owner (%d answered NOT_COORDINATOR); ids not yet durable lost by a move %d, joins cut short %d",
@@ -453,11 +405,7 @@ func runClassicChurn(t *testing.T, seed uint64) {
 		}
 		return owned == partitions && disjoint() == nil
 	}
-	end := time.Now().Add(settleBy)
-	done := settled()
-	for ; !done && time.Now().Before(end); done = settled() {
-		time.Sleep(5 * time.Millisecond)
-	}
+	done := within(settleBy, settled)
 	close(stop)
 	wg.Wait()
 	if len(fails) > 0 {

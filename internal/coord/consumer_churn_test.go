@@ -2,7 +2,6 @@ package coord
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -43,13 +42,7 @@ import (
 // and once the swapper stops, the group reaches one epoch with every
 // partition owned once and shared evenly.
 func TestConsumerGroupOwnerChurnFencesNoMember(t *testing.T) {
-	seeds := 3
-	if testing.Short() {
-		seeds = 1
-	}
-	for seed := range seeds {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { runConsumerChurn(t, uint64(seed)) })
-	}
+	churnSeeds(t, runConsumerChurn)
 }
 
 // churnMember is what a simulated consumer remembers.
@@ -101,17 +94,7 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 	for _, c := range rig.coords {
 		c.SetTopics(image)
 	}
-	// place places the group on a random broker that is not dead.
-	place := func(v int64, dead []string) *cluster.Assignment {
-		var alive []string
-		for _, id := range rig.ids {
-			if !slices.Contains(dead, id) {
-				alive = append(alive, id)
-			}
-		}
-		return assignment(v, brokers, dead, map[string]string{g: alive[rng.IntN(len(alive))]})
-	}
-	first := place(1, nil)
+	first := rig.placeGroup(rng, 1, g, nil)
 	rig.apply(rng, nil, first)
 
 	var (
@@ -173,43 +156,35 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 		}
 	}
 
-	// send delivers one heartbeat to the broker a random broker names,
+	// send delivers one heartbeat where a random broker says the group is,
 	// again (a full request) while the group is moving, as a client does
-	// after NOT_COORDINATOR; false when it is not answered in time.
+	// after NOT_COORDINATOR; false when it is not answered.
 	send := func(r *rand.Rand, m *churnMember, in cgroup.HeartbeatInput) (cgroup.HeartbeatResult, bool) {
-		give := time.Now().Add(10 * time.Second)
-		for {
-			if time.Now().After(give) {
-				fail("%s epoch %d: not answered in 10s", in.MemberID, in.MemberEpoch)
-				return cgroup.HeartbeatResult{}, false
-			}
-			c, _, err := rig.at(r, g)
-			if err == nil {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				var res cgroup.HeartbeatResult
-				res, err = c.ConsumerHeartbeat(ctx, g, in)
-				cancel()
-				if err == nil {
-					return res, true
+		var res cgroup.HeartbeatResult
+		again, err := rig.ask(r, g, func(c *Coordinator, _ string) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var err error
+			if res, err = c.ConsumerHeartbeat(ctx, g, in); err != nil {
+				if in.MemberEpoch >= 0 {
+					in.RebalanceTimeoutMs, in.SubscribedTopicNames = 30_000, []string{"t"}
+				}
+				if in.MemberEpoch > 0 && !in.OwnedSent {
+					mu.Lock()
+					in.OwnedSent, in.OwnedTopicPartitions = true, m.ownedList()
+					mu.Unlock()
 				}
 			}
-			if !errors.Is(err, ErrNotCoordinator) && !errors.Is(err, ErrLoadInProgress) {
-				fail("%s epoch %d: %v", in.MemberID, in.MemberEpoch, err)
-				return cgroup.HeartbeatResult{}, false
-			}
-			mu.Lock()
-			retried++
-			mu.Unlock()
-			if in.MemberEpoch >= 0 {
-				in.RebalanceTimeoutMs, in.SubscribedTopicNames = 30_000, []string{"t"}
-			}
-			if in.MemberEpoch > 0 && !in.OwnedSent {
-				mu.Lock()
-				in.OwnedSent, in.OwnedTopicPartitions = true, m.ownedList()
-				mu.Unlock()
-			}
-			time.Sleep(100 * time.Microsecond)
+			return err
+		})
+		mu.Lock()
+		retried += again
+		mu.Unlock()
+		if err != nil {
+			fail("%s epoch %d: %v", in.MemberID, in.MemberEpoch, err)
+			return res, false
 		}
+		return res, true
 	}
 
 	// commit commits offsets for what member m owns at its epoch, with
@@ -228,26 +203,21 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 				offs[offsets.TP{Topic: "t", Partition: p}] = offsets.Offset{Offset: offset.Add(1), LeaderEpoch: -1, ExpireTimestamp: -1}
 			}
 		}
-		give := time.Now().Add(10 * time.Second)
 		steps := []string{"commit", "fetch"}
 		if txn {
 			steps = []string{"transactional commit", "transaction marker", "fetch"}
 		}
-		for step := 0; step < len(steps); {
-			if time.Now().After(give) {
-				fail("%s epoch %d: %s not answered in 10s", id, epoch, steps[step])
-				return
-			}
-			c, _, err := rig.at(r, g)
-			if err == nil {
-				var refused map[offsets.TP]error
-				switch steps[step] {
+		for _, step := range steps {
+			var refused map[offsets.TP]error
+			_, err := rig.ask(r, g, func(c *Coordinator, _ string) error {
+				var err error
+				switch step {
 				case "commit":
-					var wait func(context.Context) error
 					version := int16(9)
 					if classic {
 						version = 8
 					}
+					var wait func(context.Context) error
 					wait, refused, err = c.Commit(CommitInput{Group: g, Version: version, Generation: epoch, MemberID: id, Offsets: offs})
 					if err == nil && len(refused) == 0 {
 						err = wait(context.Background())
@@ -274,50 +244,32 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 						}
 					}
 				}
-				if err == nil && len(refused) > 0 {
-					fail("%s epoch %d: %s refused %v", id, epoch, steps[step], refused)
-					return
-				}
-				if err == nil {
-					step++
-					continue
-				}
-			}
-			if !errors.Is(err, ErrNotCoordinator) && !errors.Is(err, ErrLoadInProgress) {
-				fail("%s epoch %d: %s: %v", id, epoch, steps[step], err)
+				return err
+			})
+			switch {
+			case err != nil:
+				fail("%s epoch %d: %s: %v", id, epoch, step, err)
+				return
+			case len(refused) > 0:
+				fail("%s epoch %d: %s refused %v", id, epoch, step, refused)
 				return
 			}
-			time.Sleep(100 * time.Microsecond)
 		}
 	}
 
 	// classicAt delivers one classic request where a random broker says
 	// the group is, again after NOT_COORDINATOR or
-	// COORDINATOR_LOAD_IN_PROGRESS; false when it is not answered in time.
+	// COORDINATOR_LOAD_IN_PROGRESS; false when it is not answered.
 	classicAt := func(r *rand.Rand, what string, do func(c *Coordinator) (group.Code, error)) (group.Code, bool) {
-		give := time.Now().Add(10 * time.Second)
-		for {
-			if time.Now().After(give) {
-				fail("classic %s: not answered in 10s", what)
-				return 0, false
-			}
-			c, _, err := rig.at(r, g)
-			var code group.Code
-			if err == nil {
-				code, err = do(c)
-				if err == nil && code != group.ErrNotCoordinator {
-					return code, true
-				}
-			}
-			if err != nil && !errors.Is(err, ErrNotCoordinator) && !errors.Is(err, ErrLoadInProgress) {
-				fail("classic %s: %v", what, err)
-				return 0, false
-			}
-			mu.Lock()
-			retried++
-			mu.Unlock()
-			time.Sleep(100 * time.Microsecond)
+		code, again, err := rig.askCode(r, g, func(c *Coordinator, _ string) (group.Code, error) { return do(c) })
+		mu.Lock()
+		retried += again
+		mu.Unlock()
+		if err != nil {
+			fail("classic %s: %v", what, err)
+			return code, false
 		}
+		return code, true
 	}
 
 	// classicStep is one turn of a classic (cooperative) member: heartbeat,
@@ -541,43 +493,21 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 		r := rand.New(rand.NewPCG(seed, uint64(i)))
 		wg.Go(func() { run(i, busy, true, r) })
 	}
-	owners, grown, freezes := 0, 0, 0
-	prev := first
-	deadline := time.Now().Add(runFor)
-	frozen, thawAt := -1, int64(0)
-	for v := int64(2); v <= maxSwaps && time.Now().Before(deadline); v++ {
-		a, _ := NewTable(prev).Group(g)
-		if frozen < 0 && rng.IntN(25) == 0 {
-			// Now and then the group's coordinator freezes (SIGSTOP)
-			// mid-request; it is declared dead and the group moves on
-			// without it, until it thaws a few assignments later.
-			frozen, thawAt = slices.Index(rig.ids, a.ID), v+3+int64(rng.IntN(8))
-			rig.freezeMidRequest(frozen, 20*time.Millisecond)
-			freezes++
-		}
-		var dead []string
-		if frozen >= 0 {
-			dead = []string{rig.ids[frozen]}
-		}
-		next := place(v, dead)
-		if b, _ := NewTable(next).Group(g); a.ID != b.ID {
-			owners++
-		}
-		rig.apply(rng, prev, next)
-		if frozen >= 0 && v >= thawAt {
-			rig.thaw(frozen)
-			frozen = -1
-		}
-		if rng.IntN(20) == 0 && parts.Load() < 16 {
-			parts.Add(1)
-			grown++
-		}
-		prev = next
-		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
-	}
-	if frozen >= 0 {
-		rig.thaw(frozen)
-	}
+	// Now and then the group's coordinator freezes (SIGSTOP) mid-request;
+	// it is declared dead and the group moves on without it, until it
+	// thaws a few assignments later. The topic grows now and then.
+	owners, grown := 0, 0
+	freezes := rig.churn(rng, first, maxSwaps, runFor, func(prev *cluster.Assignment) int { return rig.ownerOf(prev, g) },
+		func(v int64, dead []string) *cluster.Assignment { return rig.placeGroup(rng, v, g, dead) },
+		func(prev, next *cluster.Assignment) {
+			if rig.ownerOf(prev, g) != rig.ownerOf(next, g) {
+				owners++
+			}
+			if rng.IntN(20) == 0 && parts.Load() < 16 {
+				parts.Add(1)
+				grown++
+			}
+		})
 	close(busy)
 	wg.Wait()
 	mu.Lock()
@@ -617,11 +547,7 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 		}
 		return owned == n && disjoint() == nil
 	}
-	end := time.Now().Add(settleBy)
-	done := reconciled()
-	for ; !done && time.Now().Before(end); done = reconciled() {
-		time.Sleep(5 * time.Millisecond)
-	}
+	done := within(settleBy, reconciled)
 	close(quiet)
 	wg.Wait()
 	if len(fails) > 0 {

@@ -40,7 +40,11 @@ func assignment(version int64, n int, dead []string, placed map[string]string) *
 }
 
 // broker is one coordinator over a shared dir, as a broker would hold it.
-func newCoord(t *testing.T, dir, me string) *Coordinator {
+func newCoord(t *testing.T, dir, me string) *Coordinator { return newCoordWith(t, dir, me, nil) }
+
+// newCoordWith is newCoord with its configuration adjusted by adjust (nil:
+// none).
+func newCoordWith(t *testing.T, dir, me string, adjust func(*Config)) *Coordinator {
 	t.Helper()
 	st, err := offsets.Open(offsets.Options{Dir: filepath.Join(dir, "__cluster", "__consumer_offsets")})
 	if err != nil {
@@ -49,7 +53,11 @@ func newCoord(t *testing.T, dir, me string) *Coordinator {
 	t.Cleanup(func() { st.Close() })
 	gc := group.DefaultConfig()
 	gc.InitialRebalanceDelay = 0
-	return New(Config{Me: me, Store: st, Group: gc})
+	cfg := Config{Me: me, Store: st, Group: gc}
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	return New(cfg)
 }
 
 func tp(p int32) offsets.TP { return offsets.TP{Topic: "orders", Partition: p} }

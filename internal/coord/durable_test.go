@@ -393,14 +393,7 @@ func TestFollowerSyncBehindARefusedGenerationWriteFails(t *testing.T) {
 		}
 		return true
 	}
-	st, err := offsets.Open(offsets.Options{Dir: offsetsDir(dir)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	gc := group.DefaultConfig()
-	gc.InitialRebalanceDelay = 0
-	a := New(Config{Me: "kaas-0", Store: st, Group: gc, Fresh: fresh})
+	a := newCoordWith(t, dir, "kaas-0", func(c *Config) { c.Fresh = fresh })
 	a.Apply(nil, v1)
 
 	join := func(id string) group.JoinResult {

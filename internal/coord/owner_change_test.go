@@ -30,14 +30,7 @@ func offsetsDir(dir string) string { return volume.OffsetsDir(dir) }
 // newCoordAt is newCoord with a clock for retention decisions.
 func newCoordAt(t *testing.T, dir, me string, now func() time.Time) *Coordinator {
 	t.Helper()
-	st, err := offsets.Open(offsets.Options{Dir: offsetsDir(dir)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	gc := group.DefaultConfig()
-	gc.InitialRebalanceDelay = 0
-	return New(Config{Me: me, Store: st, Group: gc, Now: now})
+	return newCoordWith(t, dir, me, func(c *Config) { c.Now = now })
 }
 
 // groupFile is the part of a group file these tests look at.
@@ -462,31 +455,8 @@ func TestOwnerChangeStressNoStaleStampNoRewind(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		defer close(stop)
-		prev := first
-		deadline := time.Now().Add(runFor)
-		frozen, thawAt := -1, int64(0)
-		for v := int64(2); v <= maxSwaps && time.Now().Before(deadline); v++ {
-			if frozen < 0 && rng.IntN(25) == 0 {
-				frozen, thawAt = rng.IntN(brokers), v+3+int64(rng.IntN(8))
-				rig.freezeMidRequest(frozen, 20*time.Millisecond)
-				freezes++
-			}
-			var dead []string
-			if frozen >= 0 {
-				dead = []string{ids[frozen]}
-			}
-			next := place(v, rng, dead)
-			rig.apply(rng, prev, next)
-			if frozen >= 0 && v >= thawAt {
-				rig.thaw(frozen)
-				frozen = -1
-			}
-			prev = next
-			time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
-		}
-		if frozen >= 0 {
-			rig.thaw(frozen)
-		}
+		freezes = rig.churn(rng, first, maxSwaps, runFor, func(*cluster.Assignment) int { return rng.IntN(brokers) },
+			func(v int64, dead []string) *cluster.Assignment { return place(v, rng, dead) }, nil)
 	}()
 	acked := make([]atomic.Int64, groups)
 	var writes atomic.Int64
@@ -758,4 +728,121 @@ func (r *swapRig) at(rng *rand.Rand, g string) (*Coordinator, Broker, error) {
 	i = slices.Index(r.ids, b.ID)
 	r.wait(i)
 	return r.coords[i], b, nil
+}
+
+// ask sends a request (req, given the coordinator and its id) to the
+// coordinator that a random one of them names for g, again after
+// ErrNotCoordinator or ErrLoadInProgress, pausing 100 µs, for at most 10 s.
+// It returns how many times it sent it again and req's last error (nil:
+// answered).
+func (r *swapRig) ask(rng *rand.Rand, g string, req func(c *Coordinator, at string) error) (again int, err error) {
+	give := time.Now().Add(10 * time.Second)
+	for ; ; again++ {
+		c, b, err := r.at(rng, g)
+		if err == nil {
+			if err = req(c, b.ID); err == nil {
+				return again, nil
+			}
+		}
+		if !errors.Is(err, ErrNotCoordinator) && !errors.Is(err, ErrLoadInProgress) {
+			return again, err
+		}
+		if time.Now().After(give) {
+			return again, fmt.Errorf("not answered in 10s: %w", err)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// askCode is ask for a request answered with a group error code: one
+// answered NOT_COORDINATOR (a JoinGroup or SyncGroup parked when the group
+// moved) is sent again too.
+func (r *swapRig) askCode(rng *rand.Rand, g string, req func(c *Coordinator, at string) (group.Code, error)) (code group.Code, again int, err error) {
+	again, err = r.ask(rng, g, func(c *Coordinator, at string) error {
+		var err error
+		if code, err = req(c, at); err == nil && code == group.ErrNotCoordinator {
+			return ErrNotCoordinator
+		}
+		return err
+	})
+	return code, again, err
+}
+
+// churn issues the assignments place gives, from version 2, until runFor
+// has passed or maxSwaps were issued; each reaches the coordinators as
+// apply gives it, then a pause of up to 3 ms. Now and then (one in 25) the
+// coordinator victim names freezes in the middle of a request
+// (freezeMidRequest), is dead in the next 3 to 10 assignments, and thaws.
+// each, when set, sees every assignment and the one before it. It returns
+// the freezes.
+func (r *swapRig) churn(rng *rand.Rand, first *cluster.Assignment, maxSwaps int64, runFor time.Duration,
+	victim func(prev *cluster.Assignment) int, place func(v int64, dead []string) *cluster.Assignment,
+	each func(prev, next *cluster.Assignment)) (freezes int) {
+	prev := first
+	deadline := time.Now().Add(runFor)
+	frozen, thawAt := -1, int64(0)
+	for v := int64(2); v <= maxSwaps && time.Now().Before(deadline); v++ {
+		if frozen < 0 && rng.IntN(25) == 0 {
+			frozen, thawAt = victim(prev), v+3+int64(rng.IntN(8))
+			r.freezeMidRequest(frozen, 20*time.Millisecond)
+			freezes++
+		}
+		var dead []string
+		if frozen >= 0 {
+			dead = []string{r.ids[frozen]}
+		}
+		next := place(v, dead)
+		if each != nil {
+			each(prev, next)
+		}
+		r.apply(rng, prev, next)
+		if frozen >= 0 && v >= thawAt {
+			r.thaw(frozen)
+			frozen = -1
+		}
+		prev = next
+		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+	}
+	if frozen >= 0 {
+		r.thaw(frozen)
+	}
+	return freezes
+}
+
+// placeGroup is an assignment of version v that places g on a random
+// coordinator that is not dead.
+func (r *swapRig) placeGroup(rng *rand.Rand, v int64, g string, dead []string) *cluster.Assignment {
+	owner := ""
+	for owner == "" || slices.Contains(dead, owner) {
+		owner = r.ids[rng.IntN(len(r.ids))]
+	}
+	return assignment(v, len(r.ids), dead, map[string]string{g: owner})
+}
+
+// ownerOf is the index of the coordinator a places g on.
+func (r *swapRig) ownerOf(a *cluster.Assignment, g string) int {
+	b, _ := NewTable(a).Group(g)
+	return slices.Index(r.ids, b.ID)
+}
+
+// churnSeeds runs a churn test for seeds 0, 1 and 2 (0 alone in short mode).
+func churnSeeds(t *testing.T, run func(t *testing.T, seed uint64)) {
+	seeds := 3
+	if testing.Short() {
+		seeds = 1
+	}
+	for seed := range uint64(seeds) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { run(t, seed) })
+	}
+}
+
+// within polls cond every 5 ms until it holds or d has passed, and says
+// whether it held.
+func within(d time.Duration, cond func() bool) bool {
+	end := time.Now().Add(d)
+	done := cond()
+	for ; !done && time.Now().Before(end); done = cond() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return done
 }
