@@ -36,10 +36,11 @@ import (
 // members; no generation a member completes goes back; and once the moves
 // stop the group is Stable at one generation with every partition owned
 // once. What a move may lose, as on Kafka (docs/group.md, "Durable
-// state"): a KIP-394 pending id or a member whose first generation was not
-// completed (UNKNOWN_MEMBER_ID: it joins again without an id), and a join
-// answer of a generation not completed (ILLEGAL_GENERATION at SyncGroup:
-// it joins again). It found a follower's SyncGroup answered NONE for a
+// state"), and only if an assignment came after the one a coordinator
+// acted on when the member's id was given: a KIP-394 pending id or a
+// member whose first generation was not completed (UNKNOWN_MEMBER_ID: it
+// joins again without an id), and a join answer of a generation not
+// completed (ILLEGAL_GENERATION at SyncGroup: it joins again). It found a follower's SyncGroup answered NONE for a
 // generation whose write was refused
 // (TestFollowerSyncBehindARefusedGenerationWriteFails).
 func TestClassicGroupOwnerChurnFencesNoMember(t *testing.T) {
@@ -59,8 +60,10 @@ type classicChurnMember struct {
 	// a move may lose it: the next owner answers UNKNOWN_MEMBER_ID, as
 	// Kafka's does, and the member joins again without an id.
 	durable bool
-	owned   map[int32]bool
-	log     []string
+	// since: the oldest assignment a coordinator acted on when the
+	// request that gave the member its id was sent.
+	since int64
+	owned map[int32]bool
 }
 
 func runClassicChurn(t *testing.T, seed uint64) {
@@ -124,7 +127,7 @@ func runClassicChurn(t *testing.T, seed uint64) {
 	// do sends one request where a random broker says the group is, again
 	// after NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS (as an error
 	// or as the answer of a request parked when the group moved); false
-	// when it is not answered in time.
+	// when it was not answered.
 	do := func(r *rand.Rand, what string, req func(c *Coordinator) (group.Code, error)) (group.Code, bool) {
 		code, again, err := rig.askCode(r, g, func(c *Coordinator, at string) (group.Code, error) {
 			code, err := req(c)
@@ -153,10 +156,18 @@ func runClassicChurn(t *testing.T, seed uint64) {
 		mu.Lock()
 		// Eager: it gives everything up before it joins.
 		m.owned, m.in = map[int32]bool{}, false
-		id, inst, durable := m.id, m.instance, m.durable
+		id, inst, durable, given := m.id, m.instance, m.durable, m.since
 		mu.Unlock()
+		// What a move may lose, it may lose only if the group may have
+		// moved since the request that gave it: an assignment newer than
+		// one some coordinator still acted on then.
+		version := func() int64 { return rig.newest.Load().AssignmentVersion }
 		var jr group.JoinResult
 		for {
+			sent := rig.oldestApplied()
+			if id == "" {
+				given = sent
+			}
 			code, ok := do(r, "join of "+m.name, func(c *Coordinator) (group.Code, error) {
 				ch, err := c.Join(g, group.JoinInput{Version: 5, MemberID: id, InstanceID: inst, ProtocolType: "consumer",
 					Protocols: protos, SessionTimeout: 10 * time.Second, RebalanceTimeout: 10 * time.Second})
@@ -169,7 +180,7 @@ func runClassicChurn(t *testing.T, seed uint64) {
 			case code == group.ErrMemberIDRequired:
 				id = jr.MemberID // KIP-394: join again with the id given
 				continue
-			case code == group.ErrUnknownMemberID && !durable:
+			case code == group.ErrUnknownMemberID && !durable && version() > given:
 				mu.Lock()
 				lostIDs++
 				mu.Unlock()
@@ -211,19 +222,19 @@ func runClassicChurn(t *testing.T, seed uint64) {
 		if jr.MemberID != m.id {
 			m.durable = false
 		}
-		m.id = jr.MemberID
+		m.id, m.since = jr.MemberID, given
 		switch {
 		case code == group.ErrNone:
 		case code == group.ErrRebalanceInProgress:
 			rejoins++
 			return true // it joins again at its next turn
-		case code == group.ErrIllegalGeneration:
+		case code == group.ErrIllegalGeneration && version() > given:
 			// It held the answer of a join phase the move cut short:
 			// the next owner is at the generation before, and it joins
 			// again (docs/group.md, "Durable state").
 			illegal++
 			return true
-		case code == group.ErrUnknownMemberID && !m.durable:
+		case code == group.ErrUnknownMemberID && !m.durable && version() > given:
 			lostIDs++
 			m.id = ""
 			return true

@@ -846,3 +846,12 @@ func within(d time.Duration, cond func() bool) bool {
 	}
 	return done
 }
+
+// oldestApplied is the oldest assignment version a coordinator has applied.
+func (r *swapRig) oldestApplied() int64 {
+	v := r.applied[0].Load()
+	for i := range r.applied {
+		v = min(v, r.applied[i].Load())
+	}
+	return v
+}
