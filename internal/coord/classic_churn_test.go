@@ -17,6 +17,7 @@ import (
 	"github.com/kaas-dev/kaas/internal/cluster"
 	"github.com/kaas-dev/kaas/internal/group"
 	"github.com/kaas-dev/kaas/internal/offsets"
+	"github.com/kaas-dev/kaas/internal/testutil"
 )
 
 // TestClassicGroupOwnerChurnFencesNoMember is the classic protocol's side of
@@ -404,28 +405,31 @@ func runClassicChurn(t *testing.T, seed uint64) {
 	}
 
 	// Quiet: the members go on at one owner until the group is Stable.
-	settled := func() bool {
+	settled := func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		owned := 0
 		for _, m := range ms {
 			if !m.in || m.gen != ms[0].gen {
-				return false
+				return fmt.Errorf("%s not in generation %d", m.name, ms[0].gen)
 			}
 			owned += len(m.owned)
 		}
-		return owned == partitions && disjoint() == nil
+		if owned != partitions {
+			return fmt.Errorf("%d of %d partitions owned", owned, partitions)
+		}
+		return disjoint()
 	}
-	done := within(settleBy, settled)
+	notSettled := testutil.Poll(settleBy, settled)
 	close(stop)
 	wg.Wait()
 	if len(fails) > 0 {
 		t.Fatalf("after the group stopped moving:\n%s", strings.Join(fails, "\n"))
 	}
-	if !done {
+	if notSettled != nil {
 		for _, m := range ms {
 			t.Logf("%s (%s) in=%v generation=%d owned=%v", m.name, m.id, m.in, m.gen, slices.Sorted(maps.Keys(m.owned)))
 		}
-		t.Fatalf("not Stable %s after the last move", settleBy)
+		t.Fatalf("not Stable after the last move: %v", notSettled)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/kaas-dev/kaas/internal/cluster"
 	"github.com/kaas-dev/kaas/internal/group"
 	"github.com/kaas-dev/kaas/internal/offsets"
+	"github.com/kaas-dev/kaas/internal/testutil"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -531,33 +532,36 @@ func runConsumerChurn(t *testing.T, seed uint64) {
 		r := rand.New(rand.NewPCG(seed, uint64(100+i)))
 		wg.Go(func() { run(i, quiet, false, r) })
 	}
-	reconciled := func() bool {
+	reconciled := func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		n, epoch, owned := int(parts.Load()), int32(-1), 0
 		for _, m := range ms {
 			if !m.in || (epoch >= 0 && m.epoch != epoch) {
-				return false
+				return fmt.Errorf("%s not in at epoch %d", m.id, epoch)
 			}
 			epoch = m.epoch
 			if k := len(m.owned); k < n/members || k > n/members+1 {
-				return false
+				return fmt.Errorf("%s owns %d of %d partitions", m.id, k, n)
 			}
 			owned += len(m.owned)
 		}
-		return owned == n && disjoint() == nil
+		if owned != n {
+			return fmt.Errorf("%d of %d partitions owned", owned, n)
+		}
+		return disjoint()
 	}
-	done := within(settleBy, reconciled)
+	notReconciled := testutil.Poll(settleBy, reconciled)
 	close(quiet)
 	wg.Wait()
 	if len(fails) > 0 {
 		t.Fatalf("after the group stopped moving:\n%s", strings.Join(fails, "\n"))
 	}
-	if !done {
+	if notReconciled != nil {
 		for _, m := range ms {
 			t.Logf("%s in=%v epoch=%d owned=%v", m.id, m.in, m.epoch, m.ownedList())
 		}
-		t.Fatalf("not reconciled %s after the last move", settleBy)
+		t.Fatalf("not reconciled after the last move: %v", notReconciled)
 	}
 }
 

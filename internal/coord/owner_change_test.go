@@ -418,7 +418,6 @@ func TestOwnerChangeStressNoStaleStampNoRewind(t *testing.T) {
 	dir := t.TempDir()
 	var hist sync.Map // version -> *Table
 	rig := newSwapRig(t, dir, brokers, nil)
-	ids := rig.ids
 	gs := make([]string, groups)
 	for i := range gs {
 		gs[i] = fmt.Sprintf("stress-%d", i)
@@ -426,9 +425,7 @@ func TestOwnerChangeStressNoStaleStampNoRewind(t *testing.T) {
 	place := func(v int64, rng *rand.Rand, dead []string) *cluster.Assignment {
 		p := map[string]string{}
 		for _, g := range gs {
-			for p[g] == "" || slices.Contains(dead, p[g]) {
-				p[g] = ids[rng.IntN(brokers)]
-			}
+			p[g] = rig.alive(rng, dead)
 		}
 		a := assignment(v, brokers, dead, p)
 		hist.Store(v, NewTable(a))
@@ -598,8 +595,10 @@ func newSwapRig(t *testing.T, dir string, n int, cfg func(*Config)) *swapRig {
 	settled := func(a *cluster.Assignment) bool {
 		newest := r.newest.Load()
 		for i := range r.applied {
-			if newest != nil && isDead(newest, r.ids[i]) {
-				continue
+			if newest != nil {
+				if row, ok := newest.Row(r.ids[i]); ok && row.Health == cluster.Dead {
+					continue
+				}
 			}
 			if r.applied[i].Load() < a.AssignmentVersion {
 				return false
@@ -635,15 +634,6 @@ func newSwapRig(t *testing.T, dir string, n int, cfg func(*Config)) *swapRig {
 		r.coords = append(r.coords, co)
 	}
 	return r
-}
-
-func isDead(a *cluster.Assignment, id string) bool {
-	for _, b := range a.Brokers {
-		if b.ID == id {
-			return b.Health == cluster.Dead
-		}
-	}
-	return false
 }
 
 // wait blocks while coordinator i is frozen; true if it did.
@@ -812,11 +802,16 @@ func (r *swapRig) churn(rng *rand.Rand, first *cluster.Assignment, maxSwaps int6
 // placeGroup is an assignment of version v that places g on a random
 // coordinator that is not dead.
 func (r *swapRig) placeGroup(rng *rand.Rand, v int64, g string, dead []string) *cluster.Assignment {
-	owner := ""
-	for owner == "" || slices.Contains(dead, owner) {
-		owner = r.ids[rng.IntN(len(r.ids))]
+	return assignment(v, len(r.ids), dead, map[string]string{g: r.alive(rng, dead)})
+}
+
+// alive is a random coordinator that is not dead.
+func (r *swapRig) alive(rng *rand.Rand, dead []string) string {
+	for {
+		if id := r.ids[rng.IntN(len(r.ids))]; !slices.Contains(dead, id) {
+			return id
+		}
 	}
-	return assignment(v, len(r.ids), dead, map[string]string{g: owner})
 }
 
 // ownerOf is the index of the coordinator a places g on.
@@ -834,17 +829,6 @@ func churnSeeds(t *testing.T, run func(t *testing.T, seed uint64)) {
 	for seed := range uint64(seeds) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { run(t, seed) })
 	}
-}
-
-// within polls cond every 5 ms until it holds or d has passed, and says
-// whether it held.
-func within(d time.Duration, cond func() bool) bool {
-	end := time.Now().Add(d)
-	done := cond()
-	for ; !done && time.Now().Before(end); done = cond() {
-		time.Sleep(5 * time.Millisecond)
-	}
-	return done
 }
 
 // oldestApplied is the oldest assignment version a coordinator has applied.
