@@ -9,6 +9,10 @@
 #   --save       copy the results table to docs/conformance/RESULTS.md, or
 #                with --reference to docs/conformance/RESULTS-kafka-4.4.0.md,
 #                and join the two into docs/conformance/RESULTS-side-by-side.md
+#   --protocol   instead of the matrix, send the same raw group requests to
+#                kaas and to the reference cluster and compare the answers
+#                (TestGroupAnswersMatchKafka: both clusters at once; the
+#                table of answers goes to PROTOCOL.md in the output folder)
 #   --merge      for a run of some rows (a -run pattern): replace those rows of
 #                the saved table (the same client and scenario), keep the
 #                others, add a line saying which rows came from which run,
@@ -19,12 +23,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 save=0
+pattern='TestConformance|TestJava|TestKafkaConnect'
 saved=docs/conformance/RESULTS.md
 export KAAS_CONFORMANCE_TARGET=kaas
 while [ $# -gt 0 ]; do
   case "$1" in
   --save) save=1; shift ;;
   --merge) save=2; shift ;;
+  --protocol)
+    export KAAS_CONFORMANCE_PROTOCOL=1
+    pattern='TestGroupAnswersMatchKafka'
+    scripts/kafka-reference.sh fetch
+    shift ;;
   --reference)
     KAAS_CONFORMANCE_TARGET=kafka
     saved=docs/conformance/RESULTS-kafka-4.4.0.md
@@ -39,7 +49,7 @@ export KAAS_CONFORMANCE=long KAAS_CONFORMANCE_OUT="$out"
 
 start=$(date +%s)
 status=0
-go test -count=1 -v -timeout 120m -run 'TestConformance|TestJava|TestKafkaConnect' "$@" ./internal/conformance \
+go test -count=1 -v -timeout 120m -run "$pattern" "$@" ./internal/conformance \
   >"$out/go-test.log" 2>&1 || status=$?
 grep -E '^\s*--- (PASS|FAIL|SKIP)' "$out/go-test.log" || true
 echo "== long mode ($KAAS_CONFORMANCE_TARGET) took $(( $(date +%s) - start ))s; exit $status; output in $out"

@@ -17,6 +17,13 @@ func init() { register(kmsg.SyncGroup, 0, 5, (*Broker).handleSyncGroup) }
 func (b *Broker) handleSyncGroup(ctx context.Context, c *conn, req wire.Request) func() kmsg.Response {
 	r := req.Body.(*kmsg.SyncGroupRequest)
 	resp := r.ResponseKind().(*kmsg.SyncGroupResponse)
+	if r.Version >= 5 && (r.ProtocolType == nil || r.Protocol == nil) {
+		// From v5 both are mandatory: Kafka refuses the request before it
+		// looks at the group (KIP-559).
+		resp.ErrorCode = kerr.InconsistentGroupProtocol.Code
+		resp.MemberAssignment = []byte{}
+		return now(resp)
+	}
 	in := group.SyncInput{MemberID: r.MemberID, InstanceID: r.InstanceID, Generation: r.Generation}
 	if r.Version >= 5 {
 		in.ProtocolType, in.Protocol = r.ProtocolType, r.Protocol

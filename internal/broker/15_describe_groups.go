@@ -30,7 +30,9 @@ func (b *Broker) handleDescribeGroups(_ context.Context, c *conn, req wire.Reque
 			dg.ErrorCode = kerr.GroupIDNotFound.Code
 			msg := "Group " + g + " is not a classic group."
 			dg.ErrorMessage = &msg
-		case errors.Is(err, coord.ErrGroupNotFound):
+		case errors.Is(err, coord.ErrGroupNotFound), errors.Is(err, coord.ErrInvalidGroupID):
+			// Kafka 4.4 describes the empty group id as a group it does
+			// not know, not as INVALID_GROUP_ID.
 			dg.State = "Dead"
 			if r.Version >= 6 {
 				dg.ErrorCode = kerr.GroupIDNotFound.Code

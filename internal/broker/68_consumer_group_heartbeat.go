@@ -55,7 +55,7 @@ func (b *Broker) handleConsumerGroupHeartbeat(ctx context.Context, c *conn, req 
 		return now(resp) // member epoch 0 and no member id, as Kafka answers errors
 	}
 	if r.Group == "" {
-		return fail(kerr.InvalidGroupID, "GroupId can't be empty.")
+		return fail(kerr.InvalidRequest, "GroupId can't be empty.") // as Kafka 4.4: not INVALID_GROUP_ID
 	}
 	in := cgroup.HeartbeatInput{Version: r.Version, MemberID: r.MemberID, MemberEpoch: r.MemberEpoch,
 		InstanceID: r.InstanceID, RackID: r.RackID, RebalanceTimeoutMs: r.RebalanceTimeoutMillis,
@@ -140,9 +140,8 @@ func (b *Broker) handleConsumerGroupDescribe(_ context.Context, c *conn, req wir
 				if dm.SubscribedTopics == nil {
 					dm.SubscribedTopics = []string{}
 				}
-				if m.SubscribedTopicRegex != "" {
-					dm.SubscribedTopicRegex = &m.SubscribedTopicRegex
-				}
+				// Kafka 4.4 sends "" for a member without a regex, not null.
+				dm.SubscribedTopicRegex = &m.SubscribedTopicRegex
 				dm.Assignment, dm.TargetAssignment = assignment(m.Assignment), assignment(m.TargetAssignment)
 				dm.MemberType = 1 // the consumer protocol
 				if m.Classic {

@@ -172,7 +172,9 @@ func TestConsumerGroupHeartbeatErrors(t *testing.T) {
 		{"bad regex", func(r *kmsg.ConsumerGroupHeartbeatRequest) {
 			r.SubscribedTopicNames, r.SubscribedTopicRegex = nil, kmsg.StringPtr("(")
 		}, kerr.InvalidRegularExpression},
-		{"empty group id", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.Group = "" }, kerr.InvalidGroupID},
+		// Kafka 4.4 answers INVALID_REQUEST ("GroupId can't be empty."),
+		// not INVALID_GROUP_ID (TestGroupAnswersMatchKafka).
+		{"empty group id", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.Group = "" }, kerr.InvalidRequest},
 	}
 	for _, c := range cases {
 		if resp := hb(c.mod); resp.ErrorCode != c.want.Code || resp.ErrorMessage == nil {
@@ -180,7 +182,7 @@ func TestConsumerGroupHeartbeatErrors(t *testing.T) {
 		}
 	}
 	ok := hb(func(*kmsg.ConsumerGroupHeartbeatRequest) {})
-	if ok.ErrorCode != 0 || ok.MemberEpoch != 1 || ok.Assignment == nil || len(ok.Assignment.Topics) != 1 || len(ok.Assignment.Topics[0].Partitions) != 2 {
+	if ok.ErrorCode != 0 || ok.MemberEpoch != 2 || ok.Assignment == nil || len(ok.Assignment.Topics) != 1 || len(ok.Assignment.Topics[0].Partitions) != 2 {
 		t.Fatalf("join: %+v", ok)
 	}
 	if resp := hb(func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.MemberEpoch = 5 }); resp.ErrorCode != kerr.FencedMemberEpoch.Code {
@@ -207,10 +209,10 @@ func TestConsumerGroupHeartbeatErrors(t *testing.T) {
 		}
 		return resp.Topics[0].Partitions[0].ErrorCode
 	}
-	if code := commit(2); code != kerr.StaleMemberEpoch.Code {
+	if code := commit(3); code != kerr.StaleMemberEpoch.Code {
 		t.Fatalf("commit with a newer epoch: %d", code)
 	}
-	if code := commit(1); code != 0 {
+	if code := commit(2); code != 0 {
 		t.Fatalf("commit with the member's epoch: %d", code)
 	}
 	// OffsetFetch v9 names the member and its epoch: checked as Kafka does
@@ -238,9 +240,9 @@ func TestConsumerGroupHeartbeatErrors(t *testing.T) {
 		epoch  int32
 		code   int16
 	}{
-		{"the member at its epoch", kmsg.StringPtr("member-1"), 1, 0},
+		{"the member at its epoch", kmsg.StringPtr("member-1"), 2, 0},
 		{"an admin (no member)", nil, -1, 0},
-		{"a stale epoch", kmsg.StringPtr("member-1"), 0, kerr.StaleMemberEpoch.Code},
+		{"a stale epoch", kmsg.StringPtr("member-1"), 1, kerr.StaleMemberEpoch.Code},
 		{"a stranger", kmsg.StringPtr("member-x"), 1, kerr.UnknownMemberID.Code},
 	} {
 		code, off := fetch(c.member, c.epoch)
@@ -292,4 +294,35 @@ func TestConsumerGroupHeartbeatErrors(t *testing.T) {
 		}
 	}
 	classic.Close()
+}
+
+// TestSyncGroupV5WithoutProtocolTypeOrNameIsInconsistent: from v5 a
+// SyncGroup must name its protocol type and name; Kafka answers one that
+// does not INCONSISTENT_GROUP_PROTOCOL before it looks at the group (the
+// reference, TestGroupAnswersMatchKafka); kaas went on and answered from
+// the group (NONE for a member of it, UNKNOWN_MEMBER_ID for a stranger).
+// Before v5 the fields do not exist and nothing changes.
+func TestSyncGroupV5WithoutProtocolTypeOrNameIsInconsistent(t *testing.T) {
+	b := startGroupBroker(t, t.TempDir(), fastGroups(), nil)
+	sync := func(v int16, ptype, name *string) int16 {
+		r := kmsg.NewPtrSyncGroupRequest()
+		r.Version, r.Group, r.MemberID, r.Generation = v, "sg-g", "nobody", 1
+		r.ProtocolType, r.Protocol = ptype, name
+		return roundTrip(t, b, r).(*kmsg.SyncGroupResponse).ErrorCode
+	}
+	for _, c := range []struct {
+		v           int16
+		ptype, name *string
+		want        *kerr.Error
+	}{
+		{5, nil, nil, kerr.InconsistentGroupProtocol},
+		{5, kmsg.StringPtr("consumer"), nil, kerr.InconsistentGroupProtocol},
+		{5, nil, kmsg.StringPtr("range"), kerr.InconsistentGroupProtocol},
+		{5, kmsg.StringPtr("consumer"), kmsg.StringPtr("range"), kerr.UnknownMemberID},
+		{4, nil, nil, kerr.UnknownMemberID},
+	} {
+		if got := sync(c.v, c.ptype, c.name); got != c.want.Code {
+			t.Errorf("SyncGroup v%d type %v name %v: error %d, want %s", c.v, c.ptype != nil, c.name != nil, got, c.want.Message)
+		}
+	}
 }

@@ -181,13 +181,13 @@ func TestClassicMembersOfAConsumerGroup(t *testing.T) {
 	}
 	in.MemberID = jr.MemberID
 	jr, _ = g.ClassicJoin(f.now, f.im, in)
-	if jr.Err != ErrNone || jr.Generation != 2 || jr.MemberID != in.MemberID {
+	if jr.Err != ErrNone || jr.Generation != 3 || jr.MemberID != in.MemberID {
 		t.Fatalf("classic member joins with the id it was given: %+v", jr)
 	}
 	c := jr.MemberID
 	if old := classicJoin(""); true {
 		old.Version = 3 // before KIP-394: joins at once
-		if r, _ := g.ClassicJoin(f.now, f.im, old); r.Err != ErrNone || r.Generation != 3 {
+		if r, _ := g.ClassicJoin(f.now, f.im, old); r.Err != ErrNone || r.Generation != 4 {
 			t.Fatalf("JoinGroup v3 without an id: %+v", r)
 		}
 	}
@@ -196,13 +196,13 @@ func TestClassicMembersOfAConsumerGroup(t *testing.T) {
 	if r, _ := g.ClassicJoin(f.now, f.im, bad); r.Err != ErrInconsistentGroupProto {
 		t.Fatalf("protocol type connect: %+v", r)
 	}
-	if r, _ := g.ClassicSync(f.now, f.im, ClassicSyncInput{MemberID: c, Generation: 1}); r.Err != ErrIllegalGeneration {
+	if r, _ := g.ClassicSync(f.now, f.im, ClassicSyncInput{MemberID: c, Generation: 2}); r.Err != ErrIllegalGeneration {
 		t.Fatalf("sync with another generation: %v", r.Err)
 	}
-	if r, _ := g.ClassicSync(f.now, f.im, ClassicSyncInput{MemberID: c, Generation: 2, ProtocolName: ptr("range")}); r.Err != ErrInconsistentGroupProto {
+	if r, _ := g.ClassicSync(f.now, f.im, ClassicSyncInput{MemberID: c, Generation: 3, ProtocolName: ptr("range")}); r.Err != ErrInconsistentGroupProto {
 		t.Fatalf("sync naming another protocol: %v", r.Err)
 	}
-	if code, _ := g.ClassicHeartbeat(f.now, "k1", nil, 2); code != ErrUnknownMemberID {
+	if code, _ := g.ClassicHeartbeat(f.now, "k1", nil, 3); code != ErrUnknownMemberID {
 		t.Fatalf("classic heartbeat for a consumer member: %v", code)
 	}
 
@@ -225,7 +225,7 @@ func TestClassicMembersOfAConsumerGroup(t *testing.T) {
 	// (20 s), heartbeats (its session is 10 s) notwithstanding.
 	f.now = f.now.Add(15 * time.Second)
 	f.ok(steady("k1", g.members["k1"].epoch, assignedOf(g.members["k1"])))
-	if code, _ := g.ClassicHeartbeat(f.now, c, nil, 2); code != ErrRebalanceInProgress {
+	if code, _ := g.ClassicHeartbeat(f.now, c, nil, 3); code != ErrRebalanceInProgress {
 		t.Fatalf("classic heartbeat behind the group epoch (another member joined): %v", code)
 	}
 	if out := g.Expire(f.now, f.im); g.members[c] == nil {

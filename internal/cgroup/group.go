@@ -101,11 +101,23 @@ type Group struct {
 	encIDs []string
 }
 
-// New returns an empty group at epoch 0.
+// NewGroupEpoch is the epoch of a group no member has joined yet: Kafka
+// 4.4 starts a consumer group at 1, so its first member's join moves it to
+// 2 (the reference cluster answers a first join with member epoch 2;
+// docs/cgroup.md).
+const NewGroupEpoch = 1
+
+// New returns an empty group at NewGroupEpoch.
 func New(id string, cfg Config) *Group {
 	cfg = cfg.WithDefaults()
-	return &Group{id: id, cfg: cfg, base: cfg, target: map[string]map[TP]struct{}{},
+	return &Group{id: id, cfg: cfg, base: cfg, epoch: NewGroupEpoch, target: map[string]map[TP]struct{}{},
 		members: map[string]*member{}, static: map[string]string{}}
+}
+
+// unjoined reports whether no member ever joined the group: its epoch
+// never moved (a join, a leave or a subscription change moves it).
+func (g *Group) unjoined() bool {
+	return g.epoch == NewGroupEpoch && g.targetEpoch == 0 && len(g.members) == 0
 }
 
 // SetTimeouts applies the group's own consumer.session.timeout.ms and

@@ -108,7 +108,7 @@ func (g *Group) heartbeat(now time.Time, im *Image, in HeartbeatInput) (Heartbea
 	if code, msg := g.validate(in); code != ErrNone {
 		return g.fail(code, msg), out
 	}
-	if g.epoch == 0 && in.MemberEpoch != JoinEpoch {
+	if g.unjoined() && in.MemberEpoch != JoinEpoch {
 		// The group never had a member: Kafka does not know it.
 		if in.MemberEpoch > 0 {
 			return g.fail(ErrGroupIDNotFound, "Consumer group "+g.id+" not found."), out
@@ -153,15 +153,23 @@ func (g *Group) memberFor(now time.Time, in HeartbeatInput, out *Output) (*membe
 		instance = *in.InstanceID
 	}
 	if in.MemberEpoch != JoinEpoch {
-		m := g.members[in.MemberID]
-		if m == nil {
+		var m *member
+		if instance != "" {
+			// A static member is found by its instance, as on Kafka: one
+			// whose instance another member holds now is fenced, not
+			// unknown.
+			m = g.members[g.static[instance]]
+			if m == nil {
+				return nil, g.fail(ErrUnknownMemberID, "Instance id "+instance+" is unknown."), false
+			}
+			if m.id != in.MemberID {
+				return nil, g.fail(ErrFencedInstanceID, "Static member "+in.MemberID+" with instance id "+instance+" was fenced by another member."), false
+			}
+		} else if m = g.members[in.MemberID]; m == nil {
 			return nil, g.fail(ErrUnknownMemberID, "Member "+in.MemberID+" is not a member of group "+g.id+"."), false
 		}
 		if m.classic != nil {
 			return nil, g.fail(ErrUnknownMemberID, "Member "+in.MemberID+" does not use the consumer protocol."), false
-		}
-		if instance != "" && g.static[instance] != m.id {
-			return nil, g.fail(ErrFencedInstanceID, "Static member "+in.MemberID+" with instance id "+instance+" was fenced by another member."), false
 		}
 		if in.MemberEpoch != m.epoch {
 			// A member that missed the answer that moved it on retries with
@@ -313,7 +321,8 @@ func (g *Group) leave(now time.Time, im *Image, in HeartbeatInput) (HeartbeatRes
 		g.remove(m, &out, "member left", "left the group")
 		g.maybeAssign(im, &out)
 	}
-	return HeartbeatResult{MemberID: in.MemberID, MemberEpoch: in.MemberEpoch, HeartbeatIntervalMs: int32(g.cfg.HeartbeatInterval / time.Millisecond)}, out
+	// No heartbeat interval: the member is gone (Kafka answers 0).
+	return HeartbeatResult{MemberID: in.MemberID, MemberEpoch: in.MemberEpoch}, out
 }
 
 func itoa(n int32) string { return strconv.Itoa(int(n)) }

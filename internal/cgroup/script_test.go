@@ -99,17 +99,21 @@ func count(tps []TopicPartitions) int {
 	return n
 }
 
-func TestFirstMemberGetsEveryPartitionAtEpochOne(t *testing.T) {
+// TestFirstMemberGetsEveryPartitionAtEpochTwo: Kafka 4.4 starts a consumer
+// group at epoch 1, so its first member's join is epoch 2 (the reference
+// cluster answers so, TestGroupAnswersMatchKafka); kaas started at 0 and
+// answered 1.
+func TestFirstMemberGetsEveryPartitionAtEpochTwo(t *testing.T) {
 	f := newFixture(t)
 	res := f.ok(f.joinIn("m-a", "a", "b"))
-	if res.MemberEpoch != 1 || !res.HasAssignment || count(res.Assignment) != 9 || res.HeartbeatIntervalMs != 5000 {
+	if res.MemberEpoch != 2 || !res.HasAssignment || count(res.Assignment) != 9 || res.HeartbeatIntervalMs != 5000 {
 		t.Fatalf("join: %+v", res)
 	}
-	if f.g.State() != "Stable" || f.g.Epoch() != 1 || f.g.TargetEpoch() != 1 {
+	if f.g.State() != "Stable" || f.g.Epoch() != 2 || f.g.TargetEpoch() != 2 {
 		t.Fatalf("group %s epoch %d target %d", f.g.State(), f.g.Epoch(), f.g.TargetEpoch())
 	}
 	// A plain heartbeat that changes nothing: no assignment, nothing to persist.
-	res, out := f.g.Heartbeat(f.now, f.im, HeartbeatInput{Version: 1, MemberID: "m-a", MemberEpoch: 1, RebalanceTimeoutMs: -1})
+	res, out := f.g.Heartbeat(f.now, f.im, HeartbeatInput{Version: 1, MemberID: "m-a", MemberEpoch: 2, RebalanceTimeoutMs: -1})
 	if res.Err != ErrNone || res.HasAssignment || out.Persist {
 		t.Fatalf("steady heartbeat: %+v persist=%v", res, out.Persist)
 	}
@@ -137,7 +141,7 @@ func TestSecondMemberWaitsForTheFirstToRevoke(t *testing.T) {
 	f := newFixture(t)
 	r1 := f.ok(f.joinIn("m-a", "a"))
 	r2 := f.ok(f.joinIn("m-b", "a"))
-	if r2.MemberEpoch != 2 || count(r2.Assignment) != 0 {
+	if r2.MemberEpoch != 3 || count(r2.Assignment) != 0 {
 		t.Fatalf("newcomer: %+v", r2)
 	}
 	if st := f.g.members["m-b"].state; st != UnreleasedPartitions {
@@ -146,8 +150,8 @@ func TestSecondMemberWaitsForTheFirstToRevoke(t *testing.T) {
 	if f.g.State() != "Reconciling" {
 		t.Fatalf("group %s", f.g.State())
 	}
-	r1 = f.ok(steady("m-a", 1, r1.Assignment))
-	if r1.MemberEpoch != 1 || !r1.HasAssignment || count(r1.Assignment) != 3 {
+	r1 = f.ok(steady("m-a", 2, r1.Assignment))
+	if r1.MemberEpoch != 2 || !r1.HasAssignment || count(r1.Assignment) != 3 {
 		t.Fatalf("first member asked to revoke: %+v", r1)
 	}
 	if st := f.g.members["m-a"].state; st != UnrevokedPartitions {
@@ -155,17 +159,17 @@ func TestSecondMemberWaitsForTheFirstToRevoke(t *testing.T) {
 	}
 	// Not yet revoked (still reports six): nothing moves.
 	full := []TopicPartitions{{topicA, []int32{0, 1, 2, 3, 4, 5}}}
-	if r := f.ok(steady("m-a", 1, full)); r.MemberEpoch != 1 {
+	if r := f.ok(steady("m-a", 2, full)); r.MemberEpoch != 2 {
 		t.Fatalf("still revoking: %+v", r)
 	}
-	if r := f.ok(steady("m-b", 2, nil)); count(r.Assignment) != 0 {
+	if r := f.ok(steady("m-b", 3, nil)); count(r.Assignment) != 0 {
 		t.Fatalf("newcomer got partitions still owned: %+v", r)
 	}
-	r1 = f.ok(steady("m-a", 1, r1.Assignment))
-	if r1.MemberEpoch != 2 {
+	r1 = f.ok(steady("m-a", 2, r1.Assignment))
+	if r1.MemberEpoch != 3 {
 		t.Fatalf("after revoking: %+v", r1)
 	}
-	r2 = f.ok(steady("m-b", 2, nil))
+	r2 = f.ok(steady("m-b", 3, nil))
 	if !r2.HasAssignment || count(r2.Assignment) != 3 {
 		t.Fatalf("newcomer after release: %+v", r2)
 	}
@@ -178,8 +182,8 @@ func TestLeavingFreesPartitionsForTheOthers(t *testing.T) {
 	f := newFixture(t)
 	r1 := f.ok(f.joinIn("m-a", "a"))
 	r2 := f.ok(f.joinIn("m-b", "a"))
-	r1 = f.ok(steady("m-a", 1, r1.Assignment))
-	r1 = f.ok(steady("m-a", 1, r1.Assignment))
+	r1 = f.ok(steady("m-a", 2, r1.Assignment))
+	r1 = f.ok(steady("m-a", 2, r1.Assignment))
 	r2 = f.ok(steady("m-b", r2.MemberEpoch, nil))
 	if count(r2.Assignment) != 3 {
 		t.Fatalf("setup: %+v", r2)
@@ -189,10 +193,10 @@ func TestLeavingFreesPartitionsForTheOthers(t *testing.T) {
 		t.Fatalf("leave answer %+v", res)
 	}
 	r1 = f.ok(steady("m-a", r1.MemberEpoch, r1.Assignment))
-	if count(r1.Assignment) != 6 || r1.MemberEpoch != 3 {
+	if count(r1.Assignment) != 6 || r1.MemberEpoch != 4 {
 		t.Fatalf("after the other left: %+v", r1)
 	}
-	if res := f.hb(steady("m-b", 2, nil)); res.Err != ErrUnknownMemberID {
+	if res := f.hb(steady("m-b", 3, nil)); res.Err != ErrUnknownMemberID {
 		t.Fatalf("heartbeat after leaving: %v", res.Err)
 	}
 }
@@ -205,9 +209,9 @@ func TestStaticMemberComesBackWithItsPartitions(t *testing.T) {
 	in2 := f.joinIn("m-b", "a")
 	in2.InstanceID = ptr("i-2")
 	f.ok(in2)
-	r1 = f.ok(withInstance(steady("m-a", 1, r1.Assignment), "i-1")) // asked to revoke half
+	r1 = f.ok(withInstance(steady("m-a", 2, r1.Assignment), "i-1")) // asked to revoke half
 	kept := r1.Assignment
-	f.ok(withInstance(steady("m-a", 1, kept), "i-1"))
+	f.ok(withInstance(steady("m-a", 2, kept), "i-1"))
 	epoch := f.g.Epoch()
 	// Leaves for now, then the same instance returns under a new member id.
 	if res := f.ok(withInstance(HeartbeatInput{Version: 1, MemberID: "m-a", MemberEpoch: StaticLeaveEpoch, RebalanceTimeoutMs: -1}, "i-1")); res.MemberEpoch != StaticLeaveEpoch {
@@ -236,6 +240,47 @@ func TestStaticMemberComesBackWithItsPartitions(t *testing.T) {
 	}
 }
 
+// TestLeaveAnswerHasNoHeartbeatInterval: a member leaving (-1) or leaving
+// for now (-2) is told no heartbeat interval, as Kafka answers (0); kaas
+// answered the group's 5 s.
+func TestLeaveAnswerHasNoHeartbeatInterval(t *testing.T) {
+	f := newFixture(t)
+	f.ok(f.joinIn("m-a", "a"))
+	in := f.joinIn("m-b", "a")
+	in.InstanceID = ptr("i-b")
+	f.ok(in)
+	for _, leave := range []HeartbeatInput{
+		{Version: 1, MemberID: "m-a", MemberEpoch: LeaveEpoch, RebalanceTimeoutMs: -1},
+		withInstance(HeartbeatInput{Version: 1, MemberID: "m-b", MemberEpoch: StaticLeaveEpoch, RebalanceTimeoutMs: -1}, "i-b"),
+	} {
+		if res := f.ok(leave); res.MemberEpoch != leave.MemberEpoch || res.HeartbeatIntervalMs != 0 {
+			t.Fatalf("leave with epoch %d: %+v, want heartbeat interval 0", leave.MemberEpoch, res)
+		}
+	}
+}
+
+// TestStaticMemberWhoseInstanceWasTakenIsFenced: a static member
+// heartbeating after another member took its instance over is
+// FENCED_INSTANCE_ID, as on Kafka (it finds a static member by its
+// instance); kaas looked its member id up first and answered
+// UNKNOWN_MEMBER_ID. An instance nobody holds is UNKNOWN_MEMBER_ID.
+func TestStaticMemberWhoseInstanceWasTakenIsFenced(t *testing.T) {
+	f := newFixture(t)
+	in := f.joinIn("m-a", "a")
+	in.InstanceID = ptr("i-1")
+	r := f.ok(in)
+	f.ok(withInstance(HeartbeatInput{Version: 1, MemberID: "m-a", MemberEpoch: StaticLeaveEpoch, RebalanceTimeoutMs: -1}, "i-1"))
+	back := f.joinIn("m-b", "a")
+	back.InstanceID = ptr("i-1")
+	f.ok(back)
+	if res := f.hb(withInstance(steady("m-a", r.MemberEpoch, r.Assignment), "i-1")); res.Err != ErrFencedInstanceID {
+		t.Fatalf("the replaced member heartbeats: %v %s, want FENCED_INSTANCE_ID", res.Err, res.ErrMessage)
+	}
+	if res := f.hb(withInstance(steady("m-a", r.MemberEpoch, r.Assignment), "i-2")); res.Err != ErrUnknownMemberID {
+		t.Fatalf("an instance nobody holds: %v, want UNKNOWN_MEMBER_ID", res.Err)
+	}
+}
+
 func withInstance(in HeartbeatInput, id string) HeartbeatInput {
 	in.InstanceID = ptr(id)
 	return in
@@ -247,7 +292,7 @@ func withInstance(in HeartbeatInput, id string) HeartbeatInput {
 // keeps its epoch and assignment, and gets the whole assignment back.
 func TestUnknownGroupAndRejoin(t *testing.T) {
 	f := newFixture(t)
-	if res := f.hb(steady("m-a", 3, nil)); res.Err != ErrGroupIDNotFound || res.ErrMessage != "Consumer group g not found." {
+	if res := f.hb(steady("m-a", 4, nil)); res.Err != ErrGroupIDNotFound || res.ErrMessage != "Consumer group g not found." {
 		t.Fatalf("heartbeat to an unknown group: %v %q", res.Err, res.ErrMessage)
 	}
 	if res := f.hb(HeartbeatInput{Version: 1, MemberID: "m-a", MemberEpoch: LeaveEpoch, RebalanceTimeoutMs: -1}); res.Err != ErrGroupIDNotFound || res.ErrMessage != "Group g not found." {
@@ -259,7 +304,7 @@ func TestUnknownGroupAndRejoin(t *testing.T) {
 	if again.MemberEpoch != r.MemberEpoch || f.g.Epoch() != epoch || count(again.Assignment) != 6 {
 		t.Fatalf("rejoin under the same id: %+v (group epoch %d -> %d)", again, epoch, f.g.Epoch())
 	}
-	if res := f.hb(HeartbeatInput{Version: 1, MemberID: "m-b", MemberEpoch: 2, RebalanceTimeoutMs: -1}); res.Err != ErrUnknownMemberID {
+	if res := f.hb(HeartbeatInput{Version: 1, MemberID: "m-b", MemberEpoch: 3, RebalanceTimeoutMs: -1}); res.Err != ErrUnknownMemberID {
 		t.Fatalf("unknown member of a known group: %v", res.Err)
 	}
 }
@@ -272,18 +317,18 @@ func TestEpochFencing(t *testing.T) {
 	}
 	r2 := f.ok(f.joinIn("m-b", "a"))
 	_ = r2
-	r1b := f.ok(steady("m-a", 1, r1.Assignment)) // asked to revoke, epoch 1
-	f.ok(steady("m-a", 1, r1b.Assignment))       // revoked: epoch 2
-	// The answer that moved m-a to epoch 2 was lost: it retries with epoch 1
+	r1b := f.ok(steady("m-a", 2, r1.Assignment)) // asked to revoke, epoch 2
+	f.ok(steady("m-a", 2, r1b.Assignment))       // revoked: epoch 3
+	// The answer that moved m-a to epoch 2 was lost: it retries with epoch 2
 	// owning a subset of what it has: accepted.
-	if res := f.hb(steady("m-a", 1, r1b.Assignment)); res.Err != ErrNone || res.MemberEpoch != 2 {
+	if res := f.hb(steady("m-a", 2, r1b.Assignment)); res.Err != ErrNone || res.MemberEpoch != 3 {
 		t.Fatalf("previous epoch with owned subset: %+v", res)
 	}
 	// The previous epoch while owning a partition it no longer has: fenced.
-	if res := f.hb(steady("m-a", 1, r1.Assignment)); res.Err != ErrFencedMemberEpoch {
+	if res := f.hb(steady("m-a", 2, r1.Assignment)); res.Err != ErrFencedMemberEpoch {
 		t.Fatalf("previous epoch owning revoked partitions: %v", res.Err)
 	}
-	if res := f.hb(steady("nobody", 1, nil)); res.Err != ErrUnknownMemberID {
+	if res := f.hb(steady("nobody", 2, nil)); res.Err != ErrUnknownMemberID {
 		t.Fatalf("unknown member: %v", res.Err)
 	}
 }
@@ -318,7 +363,7 @@ func TestSessionExpiryAndRevocationTimeout(t *testing.T) {
 	r1 := f.ok(f.joinIn("m-a", "a"))
 	f.now = f.now.Add(time.Second)
 	f.ok(f.joinIn("m-b", "a"))
-	f.ok(steady("m-a", 1, r1.Assignment)) // asked to revoke; never does
+	f.ok(steady("m-a", 2, r1.Assignment)) // asked to revoke; never does
 	if d := f.g.NextDeadline(); !d.Equal(f.now.Add(10 * time.Second)) {
 		t.Fatalf("next deadline %v, want the revocation deadline %v", d, f.now.Add(10*time.Second))
 	}
@@ -388,9 +433,9 @@ func TestCommitEpochs(t *testing.T) {
 	f := newFixture(t)
 	r1 := f.ok(f.joinIn("m-a", "a"))
 	f.ok(f.joinIn("m-b", "a"))
-	r1 = f.ok(steady("m-a", 1, r1.Assignment))
-	f.ok(steady("m-a", 1, r1.Assignment)) // m-a at epoch 2 with partitions assigned at epoch 1
-	r2 := f.ok(steady("m-b", 2, nil))     // m-b at epoch 2 with partitions assigned at epoch 2
+	r1 = f.ok(steady("m-a", 2, r1.Assignment))
+	f.ok(steady("m-a", 2, r1.Assignment)) // m-a at epoch 2 with partitions assigned at epoch 2
+	r2 := f.ok(steady("m-b", 3, nil))     // m-b at epoch 2 with partitions assigned at epoch 3
 	var p0, p5 TP                         // one partition of m-a's, one of m-b's
 	for tp := range f.g.members["m-a"].assigned {
 		p0 = tp
@@ -401,25 +446,25 @@ func TestCommitEpochs(t *testing.T) {
 	if len(f.g.members["m-a"].assigned) != 3 || count(r2.Assignment) != 3 {
 		t.Fatalf("setup: %v / %v", f.g.members["m-a"].assigned, r2.Assignment)
 	}
-	if code, bad := f.g.CheckCommit(CommitCheck{MemberID: "m-a", MemberEpoch: 2, Version: 9}, []TP{p0}); code != ErrNone || bad != nil {
+	if code, bad := f.g.CheckCommit(CommitCheck{MemberID: "m-a", MemberEpoch: 3, Version: 9}, []TP{p0}); code != ErrNone || bad != nil {
 		t.Fatalf("current epoch: %v %v", code, bad)
 	}
-	if code, bad := f.g.CheckCommit(CommitCheck{MemberID: "m-a", MemberEpoch: 1, Version: 9}, []TP{p0, p5}); code != ErrNone || bad[p0] != ErrNone || bad[p5] != ErrStaleMemberEpoch {
+	if code, bad := f.g.CheckCommit(CommitCheck{MemberID: "m-a", MemberEpoch: 2, Version: 9}, []TP{p0, p5}); code != ErrNone || bad[p0] != ErrNone || bad[p5] != ErrStaleMemberEpoch {
 		t.Fatalf("older epoch: %v %v (p0 assigned at 1: ok; p5 is not m-a's: stale)", code, bad)
 	}
-	if _, bad := f.g.CheckCommit(CommitCheck{MemberID: "m-b", MemberEpoch: 1, Version: 9}, []TP{p5}); bad[p5] != ErrStaleMemberEpoch {
+	if _, bad := f.g.CheckCommit(CommitCheck{MemberID: "m-b", MemberEpoch: 2, Version: 9}, []TP{p5}); bad[p5] != ErrStaleMemberEpoch {
 		t.Fatalf("epoch older than the assignment: %v", bad)
 	}
-	if code, _ := f.g.CheckCommit(CommitCheck{MemberID: "m-a", MemberEpoch: 3, Version: 9}, []TP{p0}); code != ErrStaleMemberEpoch {
+	if code, _ := f.g.CheckCommit(CommitCheck{MemberID: "m-a", MemberEpoch: 4, Version: 9}, []TP{p0}); code != ErrStaleMemberEpoch {
 		t.Fatalf("newer epoch: %v", code)
 	}
-	if code, _ := f.g.CheckCommit(CommitCheck{MemberID: "m-a", MemberEpoch: 3, Transactional: true}, []TP{p0}); code != ErrIllegalGeneration {
+	if code, _ := f.g.CheckCommit(CommitCheck{MemberID: "m-a", MemberEpoch: 4, Transactional: true}, []TP{p0}); code != ErrIllegalGeneration {
 		t.Fatalf("transactional newer epoch: %v", code)
 	}
-	if code, _ := f.g.CheckCommit(CommitCheck{MemberID: "m-a", MemberEpoch: 2, Version: 8}, []TP{p0}); code != ErrUnsupportedVersion {
+	if code, _ := f.g.CheckCommit(CommitCheck{MemberID: "m-a", MemberEpoch: 3, Version: 8}, []TP{p0}); code != ErrUnsupportedVersion {
 		t.Fatalf("v8 from a consumer-protocol member: %v", code)
 	}
-	if code, _ := f.g.CheckCommit(CommitCheck{MemberID: "zz", MemberEpoch: 2, Version: 9}, []TP{p0}); code != ErrUnknownMemberID {
+	if code, _ := f.g.CheckCommit(CommitCheck{MemberID: "zz", MemberEpoch: 3, Version: 9}, []TP{p0}); code != ErrUnknownMemberID {
 		t.Fatalf("stranger: %v", code)
 	}
 	if code, _ := f.g.CheckCommit(CommitCheck{MemberEpoch: -1, Version: 9}, []TP{p0}); code != ErrUnknownMemberID {
@@ -460,7 +505,7 @@ func TestSnapshotRestoreContinuesTheEpochs(t *testing.T) {
 	f := newFixture(t)
 	r1 := f.ok(f.joinIn("m-a", "a", "b"))
 	f.ok(f.joinIn("m-b", "a"))
-	r1 = f.ok(steady("m-a", 1, r1.Assignment)) // mid-revocation
+	r1 = f.ok(steady("m-a", 2, r1.Assignment)) // mid-revocation
 	snap := f.g.Snapshot()
 	g2 := New("g", DefaultConfig())
 	if err := g2.Restore(f.now, snap); err != nil {
@@ -472,8 +517,8 @@ func TestSnapshotRestoreContinuesTheEpochs(t *testing.T) {
 		t.Fatalf("restored group differs: %+v vs %+v", g2.Snapshot(), snap)
 	}
 	f.g = g2
-	r1 = f.ok(steady("m-a", 1, r1.Assignment))
-	if r1.MemberEpoch != 2 {
+	r1 = f.ok(steady("m-a", 2, r1.Assignment))
+	if r1.MemberEpoch != 3 {
 		t.Fatalf("revocation finished at the new owner: %+v", r1)
 	}
 }
@@ -499,29 +544,29 @@ func TestRegexMatchesWholeNamesAndAddsToNames(t *testing.T) {
 // whole rebalance timeout.
 func TestSecondRevocationMovesTheEpochOn(t *testing.T) {
 	f := newFixture(t)
-	r1 := f.ok(f.joinIn("m-a", "a"))                        // epoch 1, all six
-	f.ok(f.joinIn("m-b", "a"))                              // target 2: m-a must give up three
-	r1 = f.ok(steady("m-a", r1.MemberEpoch, r1.Assignment)) // revoking, epoch 1
+	r1 := f.ok(f.joinIn("m-a", "a"))                        // epoch 2, all six
+	f.ok(f.joinIn("m-b", "a"))                              // target 3: m-a must give up three
+	r1 = f.ok(steady("m-a", r1.MemberEpoch, r1.Assignment)) // revoking, epoch 2
 	if f.g.members["m-a"].state != UnrevokedPartitions {
 		t.Fatal("setup: m-a not revoking")
 	}
 	f.now = f.now.Add(8 * time.Second)
-	f.ok(f.joinIn("m-c", "a")) // target 3: m-a must give up one more
+	f.ok(f.joinIn("m-c", "a")) // target 4: m-a must give up one more
 	gaveUp := map[TP]bool{}
 	for tp := range f.g.members["m-a"].revoking {
 		gaveUp[tp] = true
 	}
-	r1 = f.ok(steady("m-a", 1, r1.Assignment)) // revoked the first three
+	r1 = f.ok(steady("m-a", 2, r1.Assignment)) // revoked the first three
 	m := f.g.members["m-a"]
-	if m.state != UnrevokedPartitions || m.epoch != 2 {
-		t.Fatalf("after the first revocation: %v at epoch %d, want revoking again at epoch 2", m.state, m.epoch)
+	if m.state != UnrevokedPartitions || m.epoch != 3 {
+		t.Fatalf("after the first revocation: %v at epoch %d, want revoking again at epoch 3", m.state, m.epoch)
 	}
 	if !m.revokingDeadline.Equal(f.now.Add(10 * time.Second)) {
 		t.Fatalf("second revocation deadline %v, want a whole rebalance timeout from now", m.revokingDeadline)
 	}
 	for tp := range gaveUp {
-		if _, bad := f.g.CheckCommit(CommitCheck{MemberID: "m-a", MemberEpoch: 1, Version: 9}, []TP{tp}); bad[tp] != ErrStaleMemberEpoch {
-			t.Fatalf("late commit of given-up %v with epoch 1: %v", tp, bad)
+		if _, bad := f.g.CheckCommit(CommitCheck{MemberID: "m-a", MemberEpoch: 2, Version: 9}, []TP{tp}); bad[tp] != ErrStaleMemberEpoch {
+			t.Fatalf("late commit of given-up %v with epoch 2: %v", tp, bad)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kaas-dev/kaas/internal/cgroup"
 	"github.com/kaas-dev/kaas/internal/group"
+	"github.com/kaas-dev/kaas/internal/groupconfig"
 	"github.com/kaas-dev/kaas/internal/offsets"
 )
 
@@ -479,6 +480,10 @@ func (c *Coordinator) ConsumerHeartbeat(ctx context.Context, groupID string, in 
 	if err := c.check(groupID); err != nil {
 		return cgroup.HeartbeatResult{}, err
 	}
+	var overrides groupconfig.Overrides
+	if c.cfg.GroupConfigs != nil {
+		overrides = c.cfg.GroupConfigs.Overrides(groupID) // may re-read the volume: not under the lock
+	}
 	s, err := c.lockLoaded(groupID)
 	if err != nil {
 		return cgroup.HeartbeatResult{}, err
@@ -507,10 +512,7 @@ func (c *Coordinator) ConsumerHeartbeat(ctx context.Context, groupID string, in 
 	if fresh {
 		g = c.newConsumer(s)
 	}
-	if c.cfg.GroupConfigs != nil {
-		o := c.cfg.GroupConfigs.Overrides(groupID)
-		g.core.SetTimeouts(o.SessionTimeout, o.HeartbeatInterval)
-	}
+	g.core.SetTimeouts(overrides.SessionTimeout, overrides.HeartbeatInterval)
 	res, out := g.core.Heartbeat(c.cfg.Now(), c.image(), in)
 	if converted != nil {
 		if res.Err != cgroup.ErrNone {

@@ -55,7 +55,7 @@ func TestConsumerGroupMovesWithItsEpochs(t *testing.T) {
 	r1 := beat(a, consumerJoin("m1"))
 	r2 := beat(a, consumerJoin("m2"))
 	r1 = beat(a, consumerBeat("m1", r1.MemberEpoch, r1.Assignment)) // asked to give up half
-	if r1.MemberEpoch != 1 || len(r1.Assignment) != 1 || len(r1.Assignment[0].Partitions) != 2 {
+	if r1.MemberEpoch != 2 || len(r1.Assignment) != 1 || len(r1.Assignment[0].Partitions) != 2 {
 		t.Fatalf("m1 before the move: %+v", r1)
 	}
 	before, err := a.ConsumerDescribe(g)
@@ -78,8 +78,8 @@ func TestConsumerGroupMovesWithItsEpochs(t *testing.T) {
 		}
 	}
 	// The revocation completes at the new owner, then m2 gets its share.
-	r1 = beat(b, consumerBeat("m1", 1, r1.Assignment))
-	if r1.MemberEpoch != 2 {
+	r1 = beat(b, consumerBeat("m1", 2, r1.Assignment))
+	if r1.MemberEpoch != 3 {
 		t.Fatalf("m1 after revoking at the new owner: %+v", r1)
 	}
 	r2 = beat(b, consumerBeat("m2", r2.MemberEpoch, nil))
@@ -96,7 +96,7 @@ func TestConsumerGroupMovesWithItsEpochs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The replaced owner cannot write the group any more.
-	if _, err := a.ConsumerHeartbeat(ctx, g, consumerBeat("m1", 1, nil)); !errors.Is(err, ErrNotCoordinator) {
+	if _, err := a.ConsumerHeartbeat(ctx, g, consumerBeat("m1", 2, nil)); !errors.Is(err, ErrNotCoordinator) {
 		t.Fatalf("heartbeat at the replaced owner: %v", err)
 	}
 }

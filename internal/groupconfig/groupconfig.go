@@ -123,8 +123,9 @@ type Store struct {
 	mu         sync.Mutex // guards the fields below; held for no file I/O
 	groups     map[string]map[string]string
 	version    fsutil.Version
-	read       time.Time // when the file was last looked at
-	refreshing bool      // a background re-read is under way (Overrides)
+	read       time.Time     // when the file was last looked at
+	refreshing bool          // a background re-read is under way (Overrides)
+	refreshed  chan struct{} // closed when that re-read is done
 	// gen grows with every change of groups: a read that began before
 	// one does not overwrite it.
 	gen uint64
@@ -187,27 +188,43 @@ func (s *Store) Get(group string) (map[string]string, error) {
 	return out, err
 }
 
-// Overrides returns what group's configs change. It never waits on the
-// volume: when the values are older than a second it returns them and
-// re-reads the file in the background (a coordinator calls it on every
-// heartbeat, holding the group's lock).
+// freshWait bounds how long Overrides waits for a re-read of the file.
+const freshWait = 100 * time.Millisecond
+
+// Overrides returns what group's configs change. When the values are older
+// than a second it re-reads the file in the background and waits for that
+// read at most freshWait, so that a config altered a moment ago applies to
+// the next heartbeat, as on Kafka (whose brokers learn it from the metadata
+// log within milliseconds); a stalled volume costs a heartbeat those 100
+// ms once a second, and it is then answered with the values it had. A
+// coordinator calls it on every heartbeat, before it takes the group's lock.
 func (s *Store) Overrides(group string) Overrides {
 	s.mu.Lock()
-	cfgs := s.groups[group]
-	if !s.refreshing && (s.read.IsZero() || !s.read.Add(s.maxAge).After(s.now())) {
-		s.refreshing, s.read = true, s.now()
-		have, gen := s.version, s.gen
-		go func() {
-			groups, v, changed, err := s.load(have)
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if err == nil && changed && s.gen == gen { // else Alter or Get got there first
-				s.groups, s.version = groups, v
-				s.gen++
-			}
-			s.refreshing = false
-		}()
+	if s.read.IsZero() || !s.read.Add(s.maxAge).After(s.now()) {
+		if !s.refreshing {
+			s.refreshing, s.read, s.refreshed = true, s.now(), make(chan struct{})
+			have, gen, done := s.version, s.gen, s.refreshed
+			go func() {
+				groups, v, changed, err := s.load(have)
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				if err == nil && changed && s.gen == gen { // else Alter or Get got there first
+					s.groups, s.version = groups, v
+					s.gen++
+				}
+				s.refreshing = false
+				close(done)
+			}()
+		}
+		done := s.refreshed
+		s.mu.Unlock()
+		select {
+		case <-done:
+		case <-time.After(freshWait):
+		}
+		s.mu.Lock()
 	}
+	cfgs := s.groups[group]
 	var o Overrides
 	if v, ok := cfgs[SessionTimeout]; ok {
 		if n, err := strconv.ParseInt(v, 10, 64); err == nil {

@@ -71,10 +71,9 @@ func TestAlterIsDurableAndSeenByAnotherStore(t *testing.T) {
 	}
 }
 
-// TestOverridesFollowTheFileWithoutWaitingOnIt: Overrides answers from
-// memory and picks up another broker's change once its values are older
-// than maxAge (re-read in the background).
-func TestOverridesFollowTheFileWithoutWaitingOnIt(t *testing.T) {
+// TestOverridesFollowTheFile: Overrides answers from memory and picks up
+// another broker's change once its values are older than maxAge.
+func TestOverridesFollowTheFile(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.MkdirAll(volume.ClusterDir(dir), 0o755); err != nil {
 		t.Fatal(err)
@@ -97,5 +96,28 @@ func TestOverridesFollowTheFileWithoutWaitingOnIt(t *testing.T) {
 		}
 		clock = clock.Add(2 * time.Second)
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestOverridesSeeAChangeAtTheFirstHeartbeatAfterIt: a config altered on
+// the controller applies to the coordinator's next heartbeat once its
+// values are older than maxAge, as on Kafka (the reference cluster's first
+// join after the alter is told the new interval, TestGroupAnswersMatchKafka);
+// kaas answered that heartbeat with the old values and re-read the file
+// only for the ones after it.
+func TestOverridesSeeAChangeAtTheFirstHeartbeatAfterIt(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(volume.ClusterDir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := Open(dir)
+	clock := time.Unix(1_700_000_000, 0)
+	r.now, r.read = func() time.Time { return clock }, clock
+	if err := Open(dir).Alter("g", []Op{{Name: HeartbeatInterval, Value: "6000"}}, BoundsFor(45*time.Second, 5*time.Second), false); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(2 * time.Second)
+	if o := r.Overrides("g"); o.HeartbeatInterval != 6*time.Second {
+		t.Fatalf("first heartbeat after the change: %+v, want the 6 s interval", o)
 	}
 }

@@ -1,0 +1,739 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/kaas-dev/kaas/internal/kafkaref"
+	"github.com/kaas-dev/kaas/internal/proctest"
+)
+
+// TestGroupAnswersMatchKafka sends the same raw group requests to kaas and
+// to the Apache Kafka reference cluster and compares what comes back: the
+// error codes, and the fields a client acts on (member epochs, who got a
+// member id, heartbeat intervals, how many partitions were assigned, group
+// states and types). Each case runs on a group of its own, on each target,
+// and says what it saw as lines; the lines must be the same. Kafka's error
+// messages are not compared (kaas words its own). Run by
+// scripts/conformance.sh --protocol (docs/conformance.md, "Answers side by
+// side").
+func TestGroupAnswersMatchKafka(t *testing.T) {
+	if os.Getenv("KAAS_CONFORMANCE_PROTOCOL") == "" {
+		t.Skip("KAAS_CONFORMANCE_PROTOCOL=1 (scripts/conformance.sh --protocol)")
+	}
+	needKafka(t)
+	dir := out()
+	kc := kafkaref.Start(t, kafkaref.Options{Dir: filepath.Join(t.TempDir(), "kafka"), LogDir: filepath.Join(dir, "protocol-kafka")})
+	pc := proctest.New(t, proctest.Options{Brokers: 3, LogDir: filepath.Join(dir, "protocol-kaas")})
+	if err := pc.StartAll(); err != nil {
+		t.Fatal(err)
+	}
+	targets := []protoTarget{{name: "kaas", addrs: pc.Addrs()}, {name: "kafka", addrs: kc.Addrs()}}
+	for i := range targets {
+		targets[i].setup(t)
+	}
+	var report strings.Builder
+	report.WriteString("| case | kaas | Apache Kafka " + kafkaref.Version + " |\n|---|---|---|\n")
+	for _, c := range protoCases {
+		t.Run(c.name, func(t *testing.T) {
+			var seen [2][]string
+			for i := range targets {
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				e := &protoEnv{t: t, ctx: ctx, tg: &targets[i], group: fmt.Sprintf("proto-%s-%d", c.name, time.Now().UnixNano())}
+				c.run(e)
+				cancel()
+				seen[i] = e.seen
+			}
+			same := slices.EqualFunc(seen[0], seen[1], func(a, b string) bool { return a == b || knownDifference(c.name, a, b) })
+			fmt.Fprintf(&report, "| %s | %s | %s |\n", c.name, strings.Join(seen[0], "<br>"), strings.Join(seen[1], "<br>"))
+			if !same {
+				t.Errorf("kaas and Kafka answered differently:\nkaas:\n  %s\nkafka:\n  %s",
+					strings.Join(seen[0], "\n  "), strings.Join(seen[1], "\n  "))
+			}
+		})
+	}
+	if err := os.WriteFile(filepath.Join(dir, "PROTOCOL.md"), []byte(report.String()), 0o644); err != nil {
+		t.Error(err)
+	}
+}
+
+// knownDifferences are the answers kaas gives on purpose where Kafka
+// differs, by case and by the label of the line (docs/conformance.md,
+// "Answers side by side").
+var knownDifferences = map[string][]string{
+	// Kafka 4.4 refuses only a null group id for offsets; kaas keeps no
+	// offsets for the empty one (every other group API refuses it on
+	// both).
+	"empty-group-id": {"offset commit", "offset fetch"},
+}
+
+func knownDifference(name, a, b string) bool {
+	for _, label := range knownDifferences[name] {
+		if strings.HasPrefix(a, label+": ") && strings.HasPrefix(b, label+": ") {
+			return true
+		}
+	}
+	return false
+}
+
+// protoTarget is one cluster: its addresses, its clients (one speaking the
+// newest versions both sides know, others pinned lower) and the test topic.
+type protoTarget struct {
+	name    string
+	addrs   []string
+	t       *testing.T // the whole test's: the clients live as long
+	cl      *kgo.Client
+	pinned  map[string]*kgo.Client
+	topicID [16]byte
+}
+
+const (
+	protoTopic = "proto-t"
+	protoParts = 4
+	protoOther = "proto-other"
+)
+
+func (tg *protoTarget) setup(t *testing.T) {
+	t.Helper()
+	tg.t, tg.pinned = t, map[string]*kgo.Client{}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(tg.addrs...), kgo.ClientID("proto"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	tg.cl = cl
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	for _, name := range []string{protoTopic, protoOther} {
+		if _, err := adm.CreateTopic(ctx, protoParts, -1, nil, name); err != nil && !strings.Contains(err.Error(), "TOPIC_ALREADY_EXISTS") {
+			t.Fatalf("%s: create %s: %v", tg.name, name, err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		md, err := adm.Metadata(ctx, protoTopic, protoOther)
+		if err == nil && md.Topics[protoTopic].Err == nil && md.Topics[protoOther].Err == nil &&
+			len(md.Topics[protoTopic].Partitions) == protoParts && md.Topics[protoTopic].ID != [16]byte{} {
+			tg.topicID = md.Topics[protoTopic].ID
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: topics not ready: %v", tg.name, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// The group coordinator answers once Kafka has its offsets topic.
+	for {
+		req := kmsg.NewPtrFindCoordinatorRequest()
+		req.CoordinatorKeys = []string{"proto-warm-up"}
+		resp, err := req.RequestWith(ctx, cl)
+		if err == nil && len(resp.Coordinators) == 1 && resp.Coordinators[0].ErrorCode == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no group coordinator: %v", tg.name, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// client is a client whose highest version of API key is max (-1: the
+// newest both sides know).
+func (tg *protoTarget) client(t *testing.T, key int16, max int16) *kgo.Client {
+	if max < 0 {
+		return tg.cl
+	}
+	name := fmt.Sprintf("%d/%d", key, max)
+	if cl := tg.pinned[name]; cl != nil {
+		return cl
+	}
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(key, max)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(tg.addrs...), kgo.ClientID("proto"), kgo.MaxVersions(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg.t.Cleanup(cl.Close)
+	tg.pinned[name] = cl
+	return cl
+}
+
+// protoEnv is one case's run on one target: its group, and what it saw.
+type protoEnv struct {
+	t      *testing.T
+	ctx    context.Context
+	tg     *protoTarget
+	group  string
+	seen   []string
+	direct bool // requests go to the group's coordinator as they are
+	joined int  // the members that joined so far
+}
+
+func (e *protoEnv) see(format string, args ...any) {
+	e.seen = append(e.seen, fmt.Sprintf(format, args...))
+}
+
+func codeName(code int16) string {
+	if code == 0 {
+		return "NONE"
+	}
+	if err := kerr.ErrorForCode(code); err != nil {
+		if ke, ok := err.(*kerr.Error); ok {
+			return ke.Message
+		}
+	}
+	return fmt.Sprintf("code %d", code)
+}
+
+func (e *protoEnv) do(key, max int16, req kmsg.Request) kmsg.Response {
+	e.t.Helper()
+	cl := e.tg.client(e.t, key, max)
+	var resp kmsg.Response
+	var err error
+	if e.direct {
+		// As written, to the group's coordinator: the client's own
+		// handling of group requests stays out of the way.
+		fc := kmsg.NewPtrFindCoordinatorRequest()
+		fc.CoordinatorKeys = []string{e.group}
+		var fr *kmsg.FindCoordinatorResponse
+		if fr, err = fc.RequestWith(e.ctx, cl); err == nil && len(fr.Coordinators) == 1 {
+			resp, err = cl.Broker(int(fr.Coordinators[0].NodeID)).Request(e.ctx, req)
+		} else if err == nil {
+			err = fmt.Errorf("FindCoordinator: %d coordinators", len(fr.Coordinators))
+		}
+	} else {
+		resp, err = cl.Request(e.ctx, req)
+	}
+	if err != nil {
+		e.t.Fatalf("%s: %T: %v", e.tg.name, req, err)
+	}
+	return resp
+}
+
+// heartbeat sends req, again while the coordinator is loading the group's
+// partition (Kafka, right after it made its offsets topic) or moving it.
+func (e *protoEnv) heartbeat(v int16, req *kmsg.ConsumerGroupHeartbeatRequest) *kmsg.ConsumerGroupHeartbeatResponse {
+	e.t.Helper()
+	for range 100 {
+		resp := e.do(req.Key(), v, req).(*kmsg.ConsumerGroupHeartbeatResponse)
+		switch resp.ErrorCode {
+		case kerr.CoordinatorLoadInProgress.Code, kerr.CoordinatorNotAvailable.Code, kerr.NotCoordinator.Code:
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		return resp
+	}
+	e.t.Fatalf("%s: the group's coordinator did not come up", e.tg.name)
+	return nil
+}
+
+// member is a KIP-848 member of the case's group as the test drives it.
+type cmember struct {
+	id       string
+	epoch    int32
+	owned    []int32
+	instance *string
+}
+
+// hb sends a ConsumerGroupHeartbeat (v is its version, -1 the newest):
+// epoch 0 joins subscribing to the test topic, with a rebalance timeout;
+// later ones report what the member owns. edit adjusts the request. The
+// answer updates m (id, epoch, owned when an assignment came) and is seen
+// as label's line (not seen: a label starting with "-").
+func (e *protoEnv) hb(label string, v int16, m *cmember, edit func(*kmsg.ConsumerGroupHeartbeatRequest)) *kmsg.ConsumerGroupHeartbeatResponse {
+	e.t.Helper()
+	req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	req.Group, req.MemberID, req.MemberEpoch, req.InstanceID = e.group, m.id, m.epoch, m.instance
+	req.RebalanceTimeoutMillis = -1
+	if m.epoch == 0 {
+		req.RebalanceTimeoutMillis = 30000
+		req.SubscribedTopicNames = []string{protoTopic}
+		req.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+	} else if m.epoch > 0 {
+		req.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{{TopicID: e.tg.topicID, Partitions: slices.Clone(m.owned)}}
+	}
+	if edit != nil {
+		edit(req)
+	}
+	joining := m.epoch == 0
+	resp := e.heartbeat(v, req)
+	line := fmt.Sprintf("%s: %s", label, codeName(resp.ErrorCode))
+	if resp.ErrorCode == 0 {
+		epoch := fmt.Sprint(resp.MemberEpoch)
+		if joining && e.joined > 0 {
+			// Kafka computes the new target at most once a second
+			// (consumer.assignment.interval.ms) and answers a join into a
+			// group with members at the target it has; kaas at once.
+			epoch = "*"
+		}
+		if joining {
+			e.joined++
+		}
+		idNote := "kept"
+		switch {
+		case resp.MemberID == nil || *resp.MemberID == "":
+			idNote = "none"
+		case m.id == "":
+			idNote = "given"
+		case *resp.MemberID != m.id:
+			idNote = "changed"
+		}
+		line += fmt.Sprintf(" id=%s epoch=%s hb=%d", idNote, epoch, resp.HeartbeatIntervalMillis)
+		if resp.MemberID != nil && *resp.MemberID != "" {
+			m.id = *resp.MemberID
+		}
+		m.epoch = resp.MemberEpoch
+		if a := resp.Assignment; a != nil {
+			m.owned = nil
+			others := 0
+			for _, tp := range a.Topics {
+				if tp.TopicID == e.tg.topicID {
+					m.owned = append(m.owned, tp.Partitions...)
+				} else {
+					others += len(tp.Partitions)
+				}
+			}
+			slices.Sort(m.owned)
+			if epoch != "*" { // what a join into a group with members gets at once is timing, as its epoch
+				line += fmt.Sprintf(" assigned=%d", len(m.owned)+others)
+			}
+		}
+	}
+	if !strings.HasPrefix(label, "-") {
+		e.see("%s", line)
+	}
+	return resp
+}
+
+// settle heartbeats the members until the group is Stable, every member
+// at the group's epoch owning its target (Kafka computes a target at most
+// once a second, kaas at once: a few seconds at most); its lines are not
+// seen (how many rounds that takes is the targets' business).
+func (e *protoEnv) settle(ms ...*cmember) {
+	e.t.Helper()
+	for range 100 {
+		for _, m := range ms {
+			req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+			req.Group, req.MemberID, req.MemberEpoch, req.InstanceID = e.group, m.id, m.epoch, m.instance
+			req.RebalanceTimeoutMillis = -1
+			req.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{{TopicID: e.tg.topicID, Partitions: slices.Clone(m.owned)}}
+			resp := e.heartbeat(-1, req)
+			if resp.ErrorCode != 0 {
+				e.t.Fatalf("%s: settle: %s", e.tg.name, codeName(resp.ErrorCode))
+			}
+			m.epoch = resp.MemberEpoch
+			if a := resp.Assignment; a != nil {
+				m.owned = nil
+				for _, tp := range a.Topics {
+					m.owned = append(m.owned, tp.Partitions...)
+				}
+				slices.Sort(m.owned)
+			}
+		}
+		req := kmsg.NewPtrConsumerGroupDescribeRequest()
+		req.Groups = []string{e.group}
+		g := e.do(req.Key(), -1, req).(*kmsg.ConsumerGroupDescribeResponse).Groups[0]
+		stable := g.ErrorCode == 0 && g.State == "Stable" && g.Epoch == g.AssignmentEpoch
+		for _, m := range ms {
+			stable = stable && m.epoch == g.Epoch
+		}
+		if stable {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	e.t.Fatalf("%s: members not settled after 100 rounds", e.tg.name)
+}
+
+func newMember(e *protoEnv, name string) *cmember {
+	return &cmember{id: fmt.Sprintf("%s-%s-%d", e.group, name, time.Now().UnixNano())}
+}
+
+func str(s string) *string { return &s }
+
+// classicJoin joins the group with the classic protocol as a consumer
+// (protocol type "consumer", the range assignor, subscribed to the test
+// topic), member id given by the first answer; it completes the
+// generation with SyncGroup when sync is set. Returns the member id and
+// generation.
+func (e *protoEnv) classicJoin(label, protocolType string, sync bool) (string, int32) {
+	e.t.Helper()
+	meta := kmsg.NewConsumerMemberMetadata()
+	meta.Version = 3
+	meta.Topics = []string{protoTopic}
+	join := kmsg.NewPtrJoinGroupRequest()
+	join.Group, join.SessionTimeoutMillis, join.RebalanceTimeoutMillis = e.group, 30000, 30000
+	join.ProtocolType = protocolType
+	join.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: meta.AppendTo(nil)}}
+	resp := e.do(join.Key(), -1, join).(*kmsg.JoinGroupResponse)
+	if resp.ErrorCode == kerr.MemberIDRequired.Code {
+		join.MemberID = resp.MemberID
+		resp = e.do(join.Key(), -1, join).(*kmsg.JoinGroupResponse)
+	}
+	e.see("%s: join %s gen=%d leader=%v", label, codeName(resp.ErrorCode), resp.Generation, resp.LeaderID == resp.MemberID && resp.MemberID != "")
+	if resp.ErrorCode != 0 || !sync {
+		return resp.MemberID, resp.Generation
+	}
+	sreq := kmsg.NewPtrSyncGroupRequest()
+	sreq.Group, sreq.Generation, sreq.MemberID = e.group, resp.Generation, resp.MemberID
+	sreq.ProtocolType, sreq.Protocol = &join.ProtocolType, str("range")
+	if resp.LeaderID == resp.MemberID {
+		a := kmsg.NewConsumerMemberAssignment()
+		a.Topics = []kmsg.ConsumerMemberAssignmentTopic{{Topic: protoTopic, Partitions: []int32{0, 1, 2, 3}}}
+		sreq.GroupAssignment = []kmsg.SyncGroupRequestGroupAssignment{{MemberID: resp.MemberID, MemberAssignment: a.AppendTo(nil)}}
+	}
+	sresp := e.do(sreq.Key(), -1, sreq).(*kmsg.SyncGroupResponse)
+	e.see("%s: sync %s", label, codeName(sresp.ErrorCode))
+	return resp.MemberID, resp.Generation
+}
+
+func (e *protoEnv) commit(label string, v int16, memberID string, gen int32) {
+	e.t.Helper()
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group, req.MemberID, req.Generation = e.group, memberID, gen
+	req.Topics = []kmsg.OffsetCommitRequestTopic{{Topic: protoTopic, Partitions: []kmsg.OffsetCommitRequestTopicPartition{{Partition: 0, Offset: 0, LeaderEpoch: -1}}}}
+	resp := e.do(req.Key(), v, req).(*kmsg.OffsetCommitResponse)
+	code := int16(-1)
+	for _, tp := range resp.Topics {
+		for _, p := range tp.Partitions {
+			code = p.ErrorCode
+		}
+	}
+	e.see("%s: %s", label, codeName(code))
+}
+
+func (e *protoEnv) fetch(label string, memberID *string, epoch int32) {
+	e.t.Helper()
+	req := kmsg.NewPtrOffsetFetchRequest()
+	g := kmsg.NewOffsetFetchRequestGroup()
+	g.Group, g.MemberID, g.MemberEpoch = e.group, memberID, epoch
+	g.Topics = []kmsg.OffsetFetchRequestGroupTopic{{Topic: protoTopic, Partitions: []int32{0}}}
+	req.Groups = []kmsg.OffsetFetchRequestGroup{g}
+	resp := e.do(req.Key(), 9, req).(*kmsg.OffsetFetchResponse)
+	code := int16(-1)
+	for _, g := range resp.Groups {
+		code = g.ErrorCode
+	}
+	e.see("%s: %s", label, codeName(code))
+}
+
+func (e *protoEnv) describe(label string) {
+	e.t.Helper()
+	req := kmsg.NewPtrConsumerGroupDescribeRequest()
+	req.Groups = []string{e.group}
+	resp := e.do(req.Key(), -1, req).(*kmsg.ConsumerGroupDescribeResponse)
+	for _, g := range resp.Groups {
+		line := fmt.Sprintf("%s: %s", label, codeName(g.ErrorCode))
+		if g.ErrorCode == 0 {
+			line += fmt.Sprintf(" state=%s epoch=%d assignment-epoch=%d assignor=%s members=%d", g.State, g.Epoch, g.AssignmentEpoch, g.AssignorName, len(g.Members))
+			var ms []string
+			for _, m := range g.Members {
+				n, tn := 0, 0
+				for _, tp := range m.Assignment.TopicPartitions {
+					n += len(tp.Partitions)
+				}
+				for _, tp := range m.TargetAssignment.TopicPartitions {
+					tn += len(tp.Partitions)
+				}
+				regex := ""
+				if m.SubscribedTopicRegex != nil {
+					regex = " regex=" + *m.SubscribedTopicRegex
+				}
+				// Kafka keeps a member's topics in a hash set, so their order
+				// is its hash order: not compared.
+				subscribed := slices.Sorted(slices.Values(m.SubscribedTopics))
+				ms = append(ms, fmt.Sprintf(" [epoch=%d subscribed=%v%s owns=%d target=%d type=%d]", m.MemberEpoch, subscribed, regex, n, tn, m.MemberType))
+			}
+			slices.Sort(ms)
+			line += strings.Join(ms, "")
+		}
+		e.see("%s", line)
+	}
+}
+
+func (e *protoEnv) describeClassic(label string) {
+	e.t.Helper()
+	req := kmsg.NewPtrDescribeGroupsRequest()
+	req.Groups = []string{e.group}
+	resp := e.do(req.Key(), -1, req).(*kmsg.DescribeGroupsResponse)
+	for _, g := range resp.Groups {
+		e.see("%s: %s state=%q type=%q protocol=%q members=%d", label, codeName(g.ErrorCode), g.State, g.ProtocolType, g.Protocol, len(g.Members))
+	}
+}
+
+func (e *protoEnv) list(label string, states, types []string) {
+	e.t.Helper()
+	req := kmsg.NewPtrListGroupsRequest()
+	req.StatesFilter, req.TypesFilter = states, types
+	resp := e.do(req.Key(), -1, req).(*kmsg.ListGroupsResponse)
+	line := fmt.Sprintf("%s: %s", label, codeName(resp.ErrorCode))
+	for _, g := range resp.Groups {
+		if g.Group == e.group {
+			line += fmt.Sprintf(" listed state=%s type=%s protocol-type=%q", g.GroupState, g.GroupType, g.ProtocolType)
+		}
+	}
+	e.see("%s", line)
+}
+
+type protoCase struct {
+	name string
+	run  func(e *protoEnv)
+}
+
+var protoCases = []protoCase{
+	{"join-v0-member-id-from-server", func(e *protoEnv) {
+		e.hb("join v0", 0, &cmember{}, nil)
+	}},
+	{"join-v1-needs-member-id", func(e *protoEnv) {
+		e.hb("join v1 no id", 1, &cmember{}, nil)
+	}},
+	{"join-v1-and-heartbeat", func(e *protoEnv) {
+		m := newMember(e, "a")
+		e.hb("join", 1, m, nil)
+		e.hb("heartbeat", 1, m, nil)
+		e.describe("describe")
+		e.describeClassic("describe classic")
+		e.list("list consumer", nil, []string{"consumer"})
+		e.list("list classic", nil, []string{"classic"})
+		e.list("list stable", []string{"Stable"}, nil)
+	}},
+	{"join-invalid", func(e *protoEnv) {
+		e.hb("no subscription", 1, newMember(e, "a"), func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.SubscribedTopicNames = nil })
+		e.hb("no rebalance timeout", 1, newMember(e, "b"), func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.RebalanceTimeoutMillis = -1 })
+		e.hb("owns at join", 1, newMember(e, "c"), func(r *kmsg.ConsumerGroupHeartbeatRequest) {
+			r.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{{TopicID: e.tg.topicID, Partitions: []int32{0}}}
+		})
+		e.hb("no topics field", 1, newMember(e, "d"), func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.Topics = nil })
+		e.hb("empty group", 1, newMember(e, "e"), func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.Group = "" })
+		e.hb("unknown assignor", 1, newMember(e, "f"), func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.ServerAssignor = str("nope") })
+		e.hb("bad regex", 1, newMember(e, "g"), func(r *kmsg.ConsumerGroupHeartbeatRequest) {
+			r.SubscribedTopicNames, r.SubscribedTopicRegex = nil, str("(")
+		})
+		e.hb("negative epoch", 1, &cmember{id: "x", epoch: -3}, nil)
+	}},
+	{"join-range-and-unknown-topic", func(e *protoEnv) {
+		a, b := newMember(e, "a"), newMember(e, "b")
+		e.hb("range", 1, a, func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.ServerAssignor = str("range") })
+		e.settle(a)
+		e.hb("no such topic", 1, b, func(r *kmsg.ConsumerGroupHeartbeatRequest) {
+			r.SubscribedTopicNames = []string{"proto-no-such-topic"}
+		})
+		e.settle(a, b)
+		e.describe("describe")
+	}},
+	{"join-regex", func(e *protoEnv) {
+		m := newMember(e, "a")
+		// Kafka resolves a regex after it answers the join (epoch 1,
+		// nothing assigned), kaas before (epoch 2, every partition):
+		// compared once settled.
+		e.hb("-join", 1, m, func(r *kmsg.ConsumerGroupHeartbeatRequest) {
+			r.SubscribedTopicNames, r.SubscribedTopicRegex = nil, str("proto-t")
+		})
+		e.settle(m)
+		e.describe("describe")
+	}},
+	{"group-epochs", func(e *protoEnv) {
+		a, b, c := newMember(e, "a"), newMember(e, "b"), newMember(e, "c")
+		e.hb("join a", 1, a, nil)
+		e.settle(a)
+		e.hb("join b, same topic", 1, b, nil)
+		e.settle(a, b)
+		e.describe("describe")
+		e.hb("join c, another topic", 1, c, func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.SubscribedTopicNames = []string{protoOther} })
+		e.settle(a, b, c)
+		e.describe("describe")
+		// Its answer's epoch is the target's timing again (Kafka's comes
+		// at most a second later): compared once settled.
+		e.hb("-a adds the other topic", 1, a, func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.SubscribedTopicNames = []string{protoTopic, protoOther} })
+		e.settle(a, b, c)
+		e.describe("describe")
+		e.hb("b heartbeats, nothing changed", 1, b, nil)
+		e.hb("b sends the same subscription", 1, b, func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.SubscribedTopicNames = []string{protoTopic} })
+		e.describe("describe")
+	}},
+	{"sync-group-protocol-fields", func(e *protoEnv) {
+		id, gen := e.classicJoin("classic consumer member", "consumer", true)
+		for _, v := range []int16{5, 4} {
+			sy := kmsg.NewPtrSyncGroupRequest()
+			sy.Group, sy.MemberID, sy.Generation = e.group, id, gen
+			e.see("sync v%d without protocol type and name: %s", v, codeName(e.do(sy.Key(), v, sy).(*kmsg.SyncGroupResponse).ErrorCode))
+			sy.ProtocolType = str("consumer")
+			e.see("sync v%d without protocol name: %s", v, codeName(e.do(sy.Key(), v, sy).(*kmsg.SyncGroupResponse).ErrorCode))
+			sy.Group = e.group + "-none"
+			sy.ProtocolType = nil
+			e.see("sync v%d unknown group without them: %s", v, codeName(e.do(sy.Key(), v, sy).(*kmsg.SyncGroupResponse).ErrorCode))
+		}
+	}},
+	{"empty-group-id", func(e *protoEnv) {
+		e.group, e.direct = "", true
+		e.hb("consumer group heartbeat", 1, newMember(e, "a"), nil)
+		e.describe("consumer group describe")
+		e.describeClassic("describe groups")
+		e.commit("offset commit", 9, "", -1)
+		e.fetch("offset fetch", nil, -1)
+		e.classicJoin("classic join", "consumer", false)
+	}},
+	{"unknown-member-and-epochs", func(e *protoEnv) {
+		e.hb("unknown group", 1, &cmember{id: "nobody", epoch: 1}, nil)
+		m := newMember(e, "a")
+		e.hb("join", 1, m, nil)
+		e.hb("unknown member", 1, &cmember{id: "nobody", epoch: 1}, nil)
+		e.hb("epoch ahead", 1, &cmember{id: m.id, epoch: m.epoch + 5}, nil)
+		e.hb("epoch behind", 1, &cmember{id: m.id, epoch: m.epoch - 1}, nil)
+		e.hb("rejoin known id", 1, &cmember{id: m.id}, nil)
+	}},
+	{"previous-epoch-tolerated", func(e *protoEnv) {
+		a, b := newMember(e, "a"), newMember(e, "b")
+		e.hb("join a", 1, a, nil)
+		e.settle(a)
+		old := *a
+		e.hb("join b", 1, b, nil)
+		e.settle(a, b)
+		e.hb("a at its previous epoch, owning its old partitions", 1, &cmember{id: old.id, epoch: a.epoch - 1, owned: old.owned}, nil)
+		e.hb("a at its previous epoch, owning its current ones", 1, &cmember{id: a.id, epoch: a.epoch - 1, owned: a.owned}, nil)
+	}},
+	{"leave", func(e *protoEnv) {
+		m := newMember(e, "a")
+		e.hb("join", 1, m, nil)
+		e.hb("leave", 1, &cmember{id: m.id, epoch: -1}, nil)
+		e.hb("after leave", 1, m, nil)
+		e.describe("describe")
+		e.hb("leave unknown", 1, &cmember{id: "nobody", epoch: -1}, nil)
+	}},
+	{"static-members", func(e *protoEnv) {
+		a := newMember(e, "a")
+		a.instance = str("inst-1")
+		e.hb("join a", 1, a, nil)
+		b := newMember(e, "b")
+		b.instance = str("inst-1")
+		e.hb("join b same instance", 1, b, nil)
+		e.hb("a static leave", 1, &cmember{id: a.id, epoch: -2, instance: a.instance}, nil)
+		e.describe("describe after static leave")
+		e.hb("join b same instance", 1, b, nil)
+		e.hb("a again", 1, a, nil)
+		e.hb("b leaves", 1, &cmember{id: b.id, epoch: -1, instance: b.instance}, nil)
+		e.hb("static leave without instance", 1, &cmember{id: "nobody", epoch: -2}, nil)
+	}},
+	{"offsets-with-member-epochs", func(e *protoEnv) {
+		m := newMember(e, "a")
+		e.hb("join", 1, m, nil)
+		e.commit("commit v9 at epoch", 9, m.id, m.epoch)
+		e.commit("commit v9 epoch behind", 9, m.id, m.epoch-1)
+		e.commit("commit v9 epoch ahead", 9, m.id, m.epoch+1)
+		e.commit("commit v9 unknown member", 9, "nobody", m.epoch)
+		e.commit("commit v9 no member", 9, "", -1)
+		e.commit("commit v8 from the member", 8, m.id, m.epoch)
+		e.fetch("fetch at epoch", &m.id, m.epoch)
+		e.fetch("fetch epoch behind", &m.id, m.epoch-1)
+		e.fetch("fetch epoch ahead", &m.id, m.epoch+1)
+		e.fetch("fetch unknown member", str("nobody"), m.epoch)
+		e.fetch("fetch no member", nil, -1)
+	}},
+	{"delete-rules", func(e *protoEnv) {
+		m := newMember(e, "a")
+		e.hb("join", 1, m, nil)
+		e.commit("commit", 9, m.id, m.epoch)
+		od := kmsg.NewPtrOffsetDeleteRequest()
+		od.Group = e.group
+		od.Topics = []kmsg.OffsetDeleteRequestTopic{{Topic: protoTopic, Partitions: []kmsg.OffsetDeleteRequestTopicPartition{{Partition: 0}}}}
+		odr := e.do(od.Key(), -1, od).(*kmsg.OffsetDeleteResponse)
+		for _, tp := range odr.Topics {
+			for _, p := range tp.Partitions {
+				e.see("offset delete subscribed: %s %s", codeName(odr.ErrorCode), codeName(p.ErrorCode))
+			}
+		}
+		dg := kmsg.NewPtrDeleteGroupsRequest()
+		dg.Groups = []string{e.group}
+		for _, g := range e.do(dg.Key(), -1, dg).(*kmsg.DeleteGroupsResponse).Groups {
+			e.see("delete non-empty: %s", codeName(g.ErrorCode))
+		}
+		e.hb("leave", 1, &cmember{id: m.id, epoch: -1}, nil)
+		e.list("list empty", nil, nil)
+		for _, g := range e.do(dg.Key(), -1, dg).(*kmsg.DeleteGroupsResponse).Groups {
+			e.see("delete empty: %s", codeName(g.ErrorCode))
+		}
+		e.describe("describe deleted")
+	}},
+	{"classic-apis-on-a-consumer-group", func(e *protoEnv) {
+		m := newMember(e, "a")
+		e.hb("join", 1, m, nil)
+		hb := kmsg.NewPtrHeartbeatRequest()
+		hb.Group, hb.MemberID, hb.Generation = e.group, m.id, m.epoch
+		e.see("classic heartbeat: %s", codeName(e.do(hb.Key(), -1, hb).(*kmsg.HeartbeatResponse).ErrorCode))
+		sy := kmsg.NewPtrSyncGroupRequest()
+		sy.Group, sy.MemberID, sy.Generation = e.group, m.id, m.epoch
+		e.see("classic sync: %s", codeName(e.do(sy.Key(), -1, sy).(*kmsg.SyncGroupResponse).ErrorCode))
+		lv := kmsg.NewPtrLeaveGroupRequest()
+		lv.Group = e.group
+		lv.Members = []kmsg.LeaveGroupRequestMember{{MemberID: m.id}}
+		lr := e.do(lv.Key(), -1, lv).(*kmsg.LeaveGroupResponse)
+		for _, mr := range lr.Members {
+			e.see("classic leave: %s %s", codeName(lr.ErrorCode), codeName(mr.ErrorCode))
+		}
+		e.classicJoin("classic connect member", "connect", false)
+		e.classicJoin("classic consumer member", "consumer", true)
+		e.describe("describe")
+	}},
+	{"consumer-join-on-a-classic-group", func(e *protoEnv) {
+		e.classicJoin("classic connect member", "connect", true)
+		e.hb("consumer join", 1, newMember(e, "a"), nil)
+		e.describe("describe")
+		e.describeClassic("describe classic")
+		e.list("list", nil, nil)
+	}},
+	{"consumer-join-upgrades-a-classic-group", func(e *protoEnv) {
+		e.classicJoin("classic consumer member", "consumer", true)
+		e.list("list before", nil, nil)
+		e.hb("consumer join", 1, newMember(e, "a"), nil)
+		e.list("list after", nil, nil)
+		e.describe("describe")
+	}},
+	{"group-configs", func(e *protoEnv) {
+		alter := func(label, name, value string) {
+			req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+			res := kmsg.NewIncrementalAlterConfigsRequestResource()
+			res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, e.group
+			res.Configs = []kmsg.IncrementalAlterConfigsRequestResourceConfig{{Name: name, Op: kmsg.IncrementalAlterConfigOpSet, Value: &value}}
+			req.Resources = append(req.Resources, res)
+			for _, r := range e.do(req.Key(), -1, req).(*kmsg.IncrementalAlterConfigsResponse).Resources {
+				e.see("%s: %s", label, codeName(r.ErrorCode))
+			}
+		}
+		alter("heartbeat interval 6000", "consumer.heartbeat.interval.ms", "6000")
+		alter("heartbeat interval 10", "consumer.heartbeat.interval.ms", "10")
+		alter("session timeout 50000", "consumer.session.timeout.ms", "50000")
+		alter("unknown config", "consumer.no.such.config", "1")
+		m := newMember(e, "a")
+		e.hb("join", 1, m, nil)
+		req := kmsg.NewPtrDescribeConfigsRequest()
+		res := kmsg.NewDescribeConfigsRequestResource()
+		res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, e.group
+		res.ConfigNames = []string{"consumer.heartbeat.interval.ms", "consumer.session.timeout.ms"}
+		req.Resources = append(req.Resources, res)
+		for _, r := range e.do(req.Key(), -1, req).(*kmsg.DescribeConfigsResponse).Resources {
+			var cs []string
+			for _, c := range r.Configs {
+				v := "null"
+				if c.Value != nil {
+					v = *c.Value
+				}
+				cs = append(cs, fmt.Sprintf(" %s=%s(%s)", c.Name, v, c.Source))
+			}
+			slices.Sort(cs)
+			e.see("describe configs: %s%s", codeName(r.ErrorCode), strings.Join(cs, ""))
+		}
+	}},
+}
