@@ -45,6 +45,11 @@ func TestGroupAnswersMatchKafka(t *testing.T) {
 		targets[i].setup(t)
 	}
 	var report strings.Builder
+	fmt.Fprintf(&report, "# Group answers side by side: kaas and Apache Kafka %s\n\n"+
+		"Written by `scripts/conformance.sh --protocol` (`TestGroupAnswersMatchKafka`; docs/conformance.md, "+
+		"\"Answers side by side\"), %s: the same raw requests to both clusters, one group per case; each cell "+
+		"lists what came back, line by line. An epoch shown as `*`, and a request whose line is not shown, "+
+		"depend on when each computes a target (see the doc).\n\n", kafkaref.Version, time.Now().UTC().Format("2006-01-02"))
 	report.WriteString("| case | kaas | Apache Kafka " + kafkaref.Version + " |\n|---|---|---|\n")
 	for _, c := range protoCases {
 		t.Run(c.name, func(t *testing.T) {
@@ -488,6 +493,134 @@ func (e *protoEnv) list(label string, states, types []string) {
 	e.see("%s", line)
 }
 
+// cjoin is one classic JoinGroup of a consumer (protocol type "consumer"
+// unless ptype says, the range assignor over the test topic) with the
+// given member id, instance id and session timeout (0: 30 s), version v (-1:
+// the newest); MEMBER_ID_REQUIRED is answered by joining again with the id
+// given. The line says the error, the generation and whether it leads.
+func (e *protoEnv) cjoin(label string, v int16, memberID string, instance *string, session int32) *kmsg.JoinGroupResponse {
+	e.t.Helper()
+	meta := kmsg.NewConsumerMemberMetadata()
+	meta.Version = 3
+	meta.Topics = []string{protoTopic}
+	join := kmsg.NewPtrJoinGroupRequest()
+	join.Group, join.SessionTimeoutMillis, join.RebalanceTimeoutMillis = e.group, 30000, 30000
+	if session != 0 {
+		join.SessionTimeoutMillis = session
+	}
+	join.MemberID, join.InstanceID, join.ProtocolType = memberID, instance, "consumer"
+	join.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: meta.AppendTo(nil)}}
+	resp := e.do(join.Key(), v, join).(*kmsg.JoinGroupResponse)
+	if resp.ErrorCode == kerr.MemberIDRequired.Code {
+		join.MemberID = resp.MemberID
+		resp = e.do(join.Key(), v, join).(*kmsg.JoinGroupResponse)
+	}
+	e.see("%s: %s gen=%d leader=%v members=%d", label, codeName(resp.ErrorCode), resp.Generation,
+		resp.LeaderID == resp.MemberID && resp.MemberID != "", len(resp.Members))
+	return resp
+}
+
+// csync completes generation gen for member id (as leader: every
+// partition to itself).
+func (e *protoEnv) csync(label, id string, gen int32, instance *string, leader bool) {
+	e.t.Helper()
+	sreq := kmsg.NewPtrSyncGroupRequest()
+	sreq.Group, sreq.Generation, sreq.MemberID, sreq.InstanceID = e.group, gen, id, instance
+	sreq.ProtocolType, sreq.Protocol = str("consumer"), str("range")
+	if leader {
+		a := kmsg.NewConsumerMemberAssignment()
+		a.Topics = []kmsg.ConsumerMemberAssignmentTopic{{Topic: protoTopic, Partitions: []int32{0, 1, 2, 3}}}
+		sreq.GroupAssignment = []kmsg.SyncGroupRequestGroupAssignment{{MemberID: id, MemberAssignment: a.AppendTo(nil)}}
+	}
+	e.see("%s: %s", label, codeName(e.do(sreq.Key(), -1, sreq).(*kmsg.SyncGroupResponse).ErrorCode))
+}
+
+func (e *protoEnv) cbeat(label, id string, gen int32, instance *string) {
+	e.t.Helper()
+	hb := kmsg.NewPtrHeartbeatRequest()
+	hb.Group, hb.MemberID, hb.Generation, hb.InstanceID = e.group, id, gen, instance
+	e.see("%s: %s", label, codeName(e.do(hb.Key(), -1, hb).(*kmsg.HeartbeatResponse).ErrorCode))
+}
+
+func (e *protoEnv) cleave(label string, members ...kmsg.LeaveGroupRequestMember) {
+	e.t.Helper()
+	lv := kmsg.NewPtrLeaveGroupRequest()
+	lv.Group, lv.Members = e.group, members
+	lr := e.do(lv.Key(), -1, lv).(*kmsg.LeaveGroupResponse)
+	line := fmt.Sprintf("%s: %s", label, codeName(lr.ErrorCode))
+	for _, m := range lr.Members {
+		line += " " + codeName(m.ErrorCode)
+	}
+	e.see("%s", line)
+}
+
+// txn begins a transaction that commits offsets for the case's group:
+// InitProducerId, AddOffsetsToTxn; it returns the producer id and epoch
+// and the transactional id.
+func (e *protoEnv) txn(label string) (string, int64, int16) {
+	e.t.Helper()
+	txnID := e.group + "-txn"
+	ip := kmsg.NewPtrInitProducerIDRequest()
+	ip.TransactionalID, ip.TransactionTimeoutMillis, ip.ProducerID, ip.ProducerEpoch = &txnID, 60000, -1, -1
+	var ir *kmsg.InitProducerIDResponse
+	for range 100 {
+		ir = e.do(ip.Key(), -1, ip).(*kmsg.InitProducerIDResponse)
+		if ir.ErrorCode != kerr.CoordinatorLoadInProgress.Code && ir.ErrorCode != kerr.CoordinatorNotAvailable.Code && ir.ErrorCode != kerr.NotCoordinator.Code {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ao := kmsg.NewPtrAddOffsetsToTxnRequest()
+	ao.TransactionalID, ao.ProducerID, ao.ProducerEpoch, ao.Group = txnID, ir.ProducerID, ir.ProducerEpoch, e.group
+	ar := e.do(ao.Key(), -1, ao).(*kmsg.AddOffsetsToTxnResponse)
+	e.see("%s: init %s, add offsets %s", label, codeName(ir.ErrorCode), codeName(ar.ErrorCode))
+	return txnID, ir.ProducerID, ir.ProducerEpoch
+}
+
+func (e *protoEnv) txnCommit(label, txnID string, pid int64, pepoch int16, memberID string, gen int32) {
+	e.t.Helper()
+	req := kmsg.NewPtrTxnOffsetCommitRequest()
+	req.TransactionalID, req.Group, req.ProducerID, req.ProducerEpoch = txnID, e.group, pid, pepoch
+	req.MemberID, req.Generation = memberID, gen
+	req.Topics = []kmsg.TxnOffsetCommitRequestTopic{{Topic: protoTopic, Partitions: []kmsg.TxnOffsetCommitRequestTopicPartition{{Partition: 0, Offset: 7, LeaderEpoch: -1}}}}
+	resp := e.do(req.Key(), 5, req).(*kmsg.TxnOffsetCommitResponse) // v6 names topics by id
+	code := int16(-1)
+	for _, tp := range resp.Topics {
+		for _, p := range tp.Partitions {
+			code = p.ErrorCode
+		}
+	}
+	e.see("%s: %s", label, codeName(code))
+}
+
+func (e *protoEnv) endTxn(label, txnID string, pid int64, pepoch int16, commit bool) {
+	e.t.Helper()
+	req := kmsg.NewPtrEndTxnRequest()
+	req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit = txnID, pid, pepoch, commit
+	e.see("%s: %s", label, codeName(e.do(req.Key(), -1, req).(*kmsg.EndTxnResponse).ErrorCode))
+}
+
+// fetchStable is OffsetFetch with RequireStable, and the offset it read.
+func (e *protoEnv) fetchStable(label string) {
+	e.t.Helper()
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.RequireStable = true
+	g := kmsg.NewOffsetFetchRequestGroup()
+	g.Group, g.MemberEpoch = e.group, -1
+	g.Topics = []kmsg.OffsetFetchRequestGroupTopic{{Topic: protoTopic, Partitions: []int32{0}}}
+	req.Groups = []kmsg.OffsetFetchRequestGroup{g}
+	resp := e.do(req.Key(), 9, req).(*kmsg.OffsetFetchResponse)
+	for _, g := range resp.Groups {
+		line := fmt.Sprintf("%s: %s", label, codeName(g.ErrorCode))
+		for _, tp := range g.Topics {
+			for _, p := range tp.Partitions {
+				line += fmt.Sprintf(" %s offset=%d", codeName(p.ErrorCode), p.Offset)
+			}
+		}
+		e.see("%s", line)
+	}
+}
+
 type protoCase struct {
 	name string
 	run  func(e *protoEnv)
@@ -700,6 +833,142 @@ var protoCases = []protoCase{
 		e.hb("consumer join", 1, newMember(e, "a"), nil)
 		e.list("list after", nil, nil)
 		e.describe("describe")
+	}},
+	{"classic-join-errors", func(e *protoEnv) {
+		e.cjoin("unknown member id", -1, "nobody", nil, 0)
+		e.cjoin("session timeout too short", -1, "", nil, 1)
+		e.cjoin("session timeout too long", -1, "", nil, 3_600_000)
+		j := e.cjoin("join", -1, "", nil, 0)
+		e.cjoin("join again, same id", -1, j.MemberID, nil, 0)
+		e.cjoin("v3 join without an id", 3, "", nil, 0)
+	}},
+	{"classic-generations", func(e *protoEnv) {
+		e.cbeat("heartbeat, unknown group", "nobody", 1, nil)
+		j := e.cjoin("join", -1, "", nil, 0)
+		e.csync("sync", j.MemberID, j.Generation, nil, true)
+		e.cbeat("heartbeat", j.MemberID, j.Generation, nil)
+		e.cbeat("heartbeat, old generation", j.MemberID, j.Generation-1, nil)
+		e.cbeat("heartbeat, unknown member", "nobody", j.Generation, nil)
+		e.commit("commit", 9, j.MemberID, j.Generation)
+		e.commit("commit, old generation", 9, j.MemberID, j.Generation-1)
+		e.commit("commit, unknown member", 9, "nobody", j.Generation)
+		e.commit("commit, no member", 9, "", -1)
+		e.fetch("fetch, no member", nil, -1)
+		e.cleave("leave, one unknown", kmsg.LeaveGroupRequestMember{MemberID: j.MemberID}, kmsg.LeaveGroupRequestMember{MemberID: "nobody"})
+		e.describeClassic("describe")
+		e.commit("commit to the empty group, member id", 9, j.MemberID, j.Generation)
+		e.commit("commit to the empty group, no member", 9, "", -1)
+	}},
+	{"classic-static-members", func(e *protoEnv) {
+		a := e.cjoin("join a", -1, "", str("ci-1"), 0)
+		e.csync("sync a", a.MemberID, a.Generation, str("ci-1"), true)
+		b := e.cjoin("join b, same instance", -1, "", str("ci-1"), 0)
+		e.cbeat("a heartbeats", a.MemberID, a.Generation, str("ci-1"))
+		e.cbeat("b heartbeats", b.MemberID, b.Generation, str("ci-1"))
+		e.cleave("leave by instance, wrong member", kmsg.LeaveGroupRequestMember{MemberID: a.MemberID, InstanceID: str("ci-1")})
+		e.cleave("leave by instance", kmsg.LeaveGroupRequestMember{InstanceID: str("ci-1")})
+		e.describeClassic("describe")
+	}},
+	{"classic-delete-rules", func(e *protoEnv) {
+		j := e.cjoin("join", -1, "", nil, 0)
+		e.csync("sync", j.MemberID, j.Generation, nil, true)
+		e.commit("commit", 9, j.MemberID, j.Generation)
+		od := kmsg.NewPtrOffsetDeleteRequest()
+		od.Group = e.group
+		od.Topics = []kmsg.OffsetDeleteRequestTopic{{Topic: protoTopic, Partitions: []kmsg.OffsetDeleteRequestTopicPartition{{Partition: 0}}},
+			{Topic: protoOther, Partitions: []kmsg.OffsetDeleteRequestTopicPartition{{Partition: 0}}}}
+		odr := e.do(od.Key(), -1, od).(*kmsg.OffsetDeleteResponse)
+		line := "offset delete: " + codeName(odr.ErrorCode)
+		for _, tp := range odr.Topics {
+			for _, p := range tp.Partitions {
+				line += fmt.Sprintf(" %s/%d=%s", tp.Topic, p.Partition, codeName(p.ErrorCode))
+			}
+		}
+		e.see("%s", line)
+		dg := kmsg.NewPtrDeleteGroupsRequest()
+		dg.Groups = []string{e.group, e.group + "-none"}
+		for _, g := range e.do(dg.Key(), -1, dg).(*kmsg.DeleteGroupsResponse).Groups {
+			e.see("delete: %s", codeName(g.ErrorCode))
+		}
+		e.describe("consumer group describe of a classic group")
+		e.list("list stable, lower case", []string{"stable"}, nil)
+		e.list("list empty", []string{"Empty"}, nil)
+	}},
+	{"transactional-offsets", func(e *protoEnv) {
+		m := newMember(e, "a")
+		e.hb("join", 1, m, nil)
+		txnID, pid, pepoch := e.txn("transaction")
+		e.txnCommit("txn commit at the member's epoch", txnID, pid, pepoch, m.id, m.epoch)
+		e.txnCommit("txn commit, epoch ahead", txnID, pid, pepoch, m.id, m.epoch+1)
+		e.txnCommit("txn commit, epoch behind", txnID, pid, pepoch, m.id, m.epoch-1)
+		e.txnCommit("txn commit, unknown member", txnID, pid, pepoch, "nobody", m.epoch)
+		e.txnCommit("txn commit, no member", txnID, pid, pepoch, "", -1)
+		e.fetchStable("fetch stable, transaction open")
+		e.endTxn("commit the transaction", txnID, pid, pepoch, true)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			// The markers land after EndTxn is answered, on both.
+			req := kmsg.NewPtrOffsetFetchRequest()
+			req.RequireStable = true
+			g := kmsg.NewOffsetFetchRequestGroup()
+			g.Group, g.MemberEpoch = e.group, -1
+			g.Topics = []kmsg.OffsetFetchRequestGroupTopic{{Topic: protoTopic, Partitions: []int32{0}}}
+			req.Groups = []kmsg.OffsetFetchRequestGroup{g}
+			resp := e.do(req.Key(), 9, req).(*kmsg.OffsetFetchResponse)
+			if resp.Groups[0].ErrorCode == 0 && resp.Groups[0].Topics[0].Partitions[0].ErrorCode == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		e.fetchStable("fetch stable, committed")
+	}},
+	{"downgrade-when-the-last-consumer-member-leaves", func(e *protoEnv) {
+		j := e.cjoin("classic member", -1, "", nil, 0)
+		e.csync("classic sync", j.MemberID, j.Generation, nil, true)
+		m := newMember(e, "a")
+		e.hb("consumer join", 1, m, nil)
+		e.list("list", nil, nil)
+		e.hb("consumer member leaves", 1, &cmember{id: m.id, epoch: -1}, nil)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			req := kmsg.NewPtrListGroupsRequest()
+			req.TypesFilter = []string{"classic"}
+			found := false
+			for _, g := range e.do(req.Key(), -1, req).(*kmsg.ListGroupsResponse).Groups {
+				found = found || g.Group == e.group
+			}
+			if found || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		e.list("list after", nil, nil)
+		e.describeClassic("describe")
+	}},
+	{"heartbeat-field-edges", func(e *protoEnv) {
+		m := newMember(e, "a")
+		e.hb("join", 1, m, nil)
+		e.hb("no member id, epoch 1", 1, &cmember{epoch: m.epoch, owned: m.owned}, nil)
+		e.hb("owned partitions not sent", 1, m, func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.Topics = nil })
+		e.hb("an instance id on a dynamic member", 1, m, func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.InstanceID = str("not-mine") })
+		e.hb("new rebalance timeout and rack", 1, m, func(r *kmsg.ConsumerGroupHeartbeatRequest) {
+			r.RebalanceTimeoutMillis, r.RackID = 5000, str("rack-1")
+		})
+		e.hb("-another assignor", 1, m, func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.ServerAssignor = str("range") })
+		e.settle(m)
+		e.describe("describe")
+		e.hb("-unsubscribes from everything", 1, m, func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.SubscribedTopicNames = []string{} })
+		e.settle(m)
+		e.describe("describe")
+	}},
+	{"list-filters", func(e *protoEnv) {
+		m := newMember(e, "a")
+		e.hb("join", 1, m, nil)
+		e.list("type Consumer", nil, []string{"Consumer"})
+		e.list("type CLASSIC", nil, []string{"CLASSIC"})
+		e.list("state STABLE", []string{"STABLE"}, nil)
+		e.list("state reconciling or empty", []string{"Reconciling", "Empty"}, nil)
+		e.list("unknown type", nil, []string{"share"})
 	}},
 	{"group-configs", func(e *protoEnv) {
 		alter := func(label, name, value string) {
