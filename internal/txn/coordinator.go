@@ -321,10 +321,9 @@ func check(rec *Record, pid int64, epoch int16) error {
 		return ErrInvalidMapping
 	case pid != rec.ProducerID:
 		return ErrInvalidMapping
-	case epoch < rec.ProducerEpoch:
+	case epoch != rec.ProducerEpoch:
+		// Older or newer alike, as Kafka answers (PRODUCER_FENCED).
 		return ErrProducerFenced
-	case epoch > rec.ProducerEpoch:
-		return ErrInvalidMapping
 	}
 	return nil
 }

@@ -110,6 +110,15 @@ func TestLifecycleCommitAbortAndRetries(t *testing.T) {
 	if err := c.AddPartitions(ctx, "tx", r.ProducerID, 0, []TP{{"out", 0}}); !errors.Is(err, ErrProducerFenced) {
 		t.Fatalf("old epoch: %v", err)
 	}
+	// An epoch ahead of the coordinator's is fenced too, as Kafka answers
+	// (PRODUCER_FENCED, not INVALID_PRODUCER_ID_MAPPING; the reference
+	// cluster, TestGroupAnswersMatchKafka's transaction-errors case).
+	if err := c.AddOffsets(ctx, "tx", r2.ProducerID, r2.ProducerEpoch+1, "g1"); !errors.Is(err, ErrProducerFenced) {
+		t.Fatalf("AddOffsets with an epoch ahead: %v, want fenced", err)
+	}
+	if err := c.AddPartitions(ctx, "tx", r2.ProducerID, r2.ProducerEpoch+1, []TP{{"out", 0}}); !errors.Is(err, ErrProducerFenced) {
+		t.Fatalf("AddPartitions with an epoch ahead: %v, want fenced", err)
+	}
 	if _, err := c.InitProducerID(ctx, "tx", 16*time.Minute, -1, -1); !errors.Is(err, ErrInvalidTimeout) {
 		t.Fatalf("timeout over the max: %v", err)
 	}
