@@ -1093,6 +1093,104 @@ var protoCases = []protoCase{
 		e.end("abort, fenced epoch", x, x.pid, old, false)
 		e.describeTxn("describe, after the fence", x)
 	}},
+	{"offset-api-edges", func(e *protoEnv) {
+		commit := func(label, topic string, partition int32, offset int64, meta *string) {
+			req := kmsg.NewPtrOffsetCommitRequest()
+			req.Group, req.Generation = e.group, -1
+			req.Topics = []kmsg.OffsetCommitRequestTopic{{Topic: topic, Partitions: []kmsg.OffsetCommitRequestTopicPartition{{Partition: partition, Offset: offset, LeaderEpoch: -1, Metadata: meta}}}}
+			resp := e.do(req.Key(), 9, req).(*kmsg.OffsetCommitResponse)
+			e.see("%s: %s", label, codeName(resp.Topics[0].Partitions[0].ErrorCode))
+		}
+		commit("commit", protoTopic, 1, 42, str("m"))
+		commit("commit, unknown topic", "proto-no-such-topic", 0, 1, nil)
+		commit("commit, partition out of range", protoTopic, 99, 1, nil)
+		commit("commit, metadata over 4 KiB", protoTopic, 2, 1, str(strings.Repeat("x", 5000)))
+		commit("commit, negative offset", protoTopic, 3, -5, nil)
+		fetch := func(label string, v int16, topics []kmsg.OffsetFetchRequestGroupTopic) {
+			req := kmsg.NewPtrOffsetFetchRequest()
+			g := kmsg.NewOffsetFetchRequestGroup()
+			g.Group, g.MemberEpoch, g.Topics = e.group, -1, topics
+			req.Groups = []kmsg.OffsetFetchRequestGroup{g}
+			resp := e.do(req.Key(), v, req).(*kmsg.OffsetFetchResponse)
+			var parts []string
+			for _, rg := range resp.Groups {
+				parts = append(parts, codeName(rg.ErrorCode))
+				for _, tp := range rg.Topics {
+					for _, p := range tp.Partitions {
+						meta := "null"
+						if p.Metadata != nil {
+							meta = fmt.Sprintf("%q", *p.Metadata)
+						}
+						parts = append(parts, fmt.Sprintf("%s/%d=%s:%d:%s", tp.Topic, p.Partition, codeName(p.ErrorCode), p.Offset, meta))
+					}
+				}
+			}
+			slices.Sort(parts[1:])
+			e.see("%s: %s", label, strings.Join(parts, " "))
+		}
+		fetch("fetch all", 9, nil)
+		fetch("fetch some", 9, []kmsg.OffsetFetchRequestGroupTopic{{Topic: protoTopic, Partitions: []int32{1, 2, 99}}, {Topic: "proto-no-such-topic", Partitions: []int32{0}}})
+		od := kmsg.NewPtrOffsetDeleteRequest()
+		od.Group = e.group
+		od.Topics = []kmsg.OffsetDeleteRequestTopic{{Topic: protoTopic, Partitions: []kmsg.OffsetDeleteRequestTopicPartition{{Partition: 1}, {Partition: 2}}}}
+		odr := e.do(od.Key(), -1, od).(*kmsg.OffsetDeleteResponse)
+		line := "offset delete, empty group: " + codeName(odr.ErrorCode)
+		for _, tp := range odr.Topics {
+			for _, p := range tp.Partitions {
+				line += fmt.Sprintf(" %d=%s", p.Partition, codeName(p.ErrorCode))
+			}
+		}
+		e.see("%s", line)
+		fetch("fetch all after the delete", 9, nil)
+		od.Group = e.group + "-none"
+		e.see("offset delete, unknown group: %s", codeName(e.do(od.Key(), -1, od).(*kmsg.OffsetDeleteResponse).ErrorCode))
+		dg := kmsg.NewPtrDeleteGroupsRequest()
+		dg.Groups = []string{e.group + "-none", e.group}
+		var deleted []string // the client merges the coordinators' answers: compared in order of group
+		for _, g := range e.do(dg.Key(), -1, dg).(*kmsg.DeleteGroupsResponse).Groups {
+			deleted = append(deleted, fmt.Sprintf("%s=%s", strings.TrimPrefix(g.Group, e.group), codeName(g.ErrorCode)))
+		}
+		slices.Sort(deleted)
+		e.see("delete groups: %s", strings.Join(deleted, " "))
+		fetch("fetch all after deleting the group", 9, nil)
+	}},
+	{"find-coordinator", func(e *protoEnv) {
+		cl := e.tg.client(e.t, 10, -1)
+		br := cl.Broker(0)
+		for _, c := range []struct {
+			label   string
+			v       int16
+			keyType int8
+			keys    []string
+		}{
+			{"v3 group", 3, 0, []string{e.group}},
+			{"v3 empty group id", 3, 0, []string{""}},
+			{"v3 transaction", 3, 1, []string{e.group}},
+			{"v3 key type 7", 3, 7, []string{e.group}},
+			{"v4 two groups", 4, 0, []string{e.group, e.group + "-2"}},
+			{"v4 empty group id", 4, 0, []string{""}},
+			{"v4 key type 7", 4, 7, []string{e.group}},
+		} {
+			req := kmsg.NewPtrFindCoordinatorRequest()
+			req.Version, req.CoordinatorType = c.v, c.keyType
+			if c.v >= 4 {
+				req.CoordinatorKeys = c.keys
+			} else {
+				req.CoordinatorKey = c.keys[0]
+			}
+			resp, err := br.RetriableRequest(e.ctx, req)
+			if err != nil {
+				e.see("%s: %v", c.label, err)
+				continue
+			}
+			r := resp.(*kmsg.FindCoordinatorResponse)
+			line := fmt.Sprintf("%s: %s", c.label, codeName(r.ErrorCode))
+			for _, co := range r.Coordinators {
+				line += " " + codeName(co.ErrorCode)
+			}
+			e.see("%s", line)
+		}
+	}},
 	{"group-configs", func(e *protoEnv) {
 		alter := func(label, name, value string) {
 			req := kmsg.NewPtrIncrementalAlterConfigsRequest()
