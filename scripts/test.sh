@@ -48,3 +48,10 @@ go vet ./...
 
 log "go test -race"
 go test -race -count=1 -timeout 20m ./... 2>&1 | tee /tmp/kaas-test.log
+
+# The group APIs answered as Apache Kafka answers: the same raw requests to
+# kaas and to the reference cluster (three KRaft JVMs), answers compared
+# (docs/conformance.md, "Answers side by side"; about 3 minutes, alone so
+# that the JVMs do not slow the tests above).
+log "group answers side by side with Apache Kafka"
+KAAS_CONFORMANCE_PROTOCOL=1 go test -count=1 -timeout 15m -run 'TestGroupAnswersMatchKafka$' ./internal/conformance 2>&1 | tee -a /tmp/kaas-test.log
