@@ -1191,6 +1191,31 @@ var protoCases = []protoCase{
 			e.see("%s", line)
 		}
 	}},
+	{"revocation-deadline", func(e *protoEnv) {
+		// A member told to revoke that does not within its rebalance
+		// timeout (1 s here) is removed from the group.
+		a, b := newMember(e, "a"), newMember(e, "b")
+		e.hb("join a, rebalance timeout 1 s", 1, a, func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.RebalanceTimeoutMillis = 1000 })
+		e.settle(a)
+		e.hb("join b", 1, b, nil)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			// a heartbeats owning everything until it is told to revoke.
+			req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+			req.Group, req.MemberID, req.MemberEpoch, req.RebalanceTimeoutMillis = e.group, a.id, a.epoch, -1
+			req.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{{TopicID: e.tg.topicID, Partitions: slices.Clone(a.owned)}}
+			resp := e.heartbeat(-1, req)
+			if resp.ErrorCode != 0 || resp.Assignment != nil || time.Now().After(deadline) {
+				e.see("a is told to revoke: %s assignment=%v", codeName(resp.ErrorCode), resp.Assignment != nil)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(2500 * time.Millisecond)
+		e.hb("a, past its rebalance timeout, still owning everything", 1, a, nil)
+		e.settle(b)
+		e.describe("describe")
+	}},
 	{"group-configs", func(e *protoEnv) {
 		alter := func(label, name, value string) {
 			req := kmsg.NewPtrIncrementalAlterConfigsRequest()
