@@ -1216,6 +1216,80 @@ var protoCases = []protoCase{
 		e.settle(b)
 		e.describe("describe")
 	}},
+	{"classic-rebalance", func(e *protoEnv) {
+		a := e.cjoin("join a", -1, "", nil, 0)
+		e.csync("sync a", a.MemberID, a.Generation, nil, true)
+		// b joins from a client of its own, as a second consumer would
+		// (Kafka reads a connection's next request only once it answered
+		// the one before, and b's JoinGroup waits for the rebalance,
+		// which waits for a's); it waits for a.
+		bcl, err := kgo.NewClient(kgo.SeedBrokers(e.tg.addrs...), kgo.ClientID("proto-b"))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		defer bcl.Close()
+		bDone := make(chan *kmsg.JoinGroupResponse, 1)
+		go func() {
+			meta := kmsg.NewConsumerMemberMetadata()
+			meta.Version, meta.Topics = 3, []string{protoTopic}
+			join := kmsg.NewPtrJoinGroupRequest()
+			join.Group, join.SessionTimeoutMillis, join.RebalanceTimeoutMillis = e.group, 30000, 30000
+			join.ProtocolType = "consumer"
+			join.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: meta.AppendTo(nil)}}
+			resp, err := bcl.Request(e.ctx, join)
+			if err == nil && resp.(*kmsg.JoinGroupResponse).ErrorCode == kerr.MemberIDRequired.Code {
+				join.MemberID = resp.(*kmsg.JoinGroupResponse).MemberID
+				resp, err = bcl.Request(e.ctx, join)
+			}
+			if err != nil {
+				bDone <- nil
+				return
+			}
+			bDone <- resp.(*kmsg.JoinGroupResponse)
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			hb := kmsg.NewPtrHeartbeatRequest()
+			hb.Group, hb.MemberID, hb.Generation = e.group, a.MemberID, a.Generation
+			code := e.do(hb.Key(), -1, hb).(*kmsg.HeartbeatResponse).ErrorCode
+			if code != 0 || time.Now().After(deadline) {
+				e.see("a heartbeats while b joins: %s", codeName(code))
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		e.describeClassic("describe during the rebalance")
+		a2 := e.cjoin("a rejoins", -1, a.MemberID, nil, 0)
+		b := <-bDone
+		if b == nil {
+			e.t.Fatalf("%s: b's join failed", e.tg.name)
+		}
+		e.see("b's join: %s gen=%d leader=%v members=%d", codeName(b.ErrorCode), b.Generation, b.LeaderID == b.MemberID, len(b.Members))
+		// b, a follower, syncs first: its SyncGroup waits for the leader's.
+		bSync := make(chan int16, 1)
+		go func() {
+			sreq := kmsg.NewPtrSyncGroupRequest()
+			sreq.Group, sreq.Generation, sreq.MemberID = e.group, b.Generation, b.MemberID
+			sreq.ProtocolType, sreq.Protocol = str("consumer"), str("range")
+			resp, err := bcl.Request(e.ctx, sreq)
+			if err != nil {
+				bSync <- -1
+				return
+			}
+			bSync <- resp.(*kmsg.SyncGroupResponse).ErrorCode
+		}()
+		time.Sleep(300 * time.Millisecond)
+		e.describeClassic("describe while the follower waits")
+		e.cbeat("a heartbeats before it syncs", a2.MemberID, a2.Generation, nil)
+		e.csync("a syncs (leader)", a2.MemberID, a2.Generation, nil, true)
+		e.see("b's sync: %s", codeName(<-bSync))
+		e.cbeat("b heartbeats", b.MemberID, b.Generation, nil)
+		e.cbeat("b heartbeats with the old generation", b.MemberID, a.Generation, nil)
+		e.describeClassic("describe")
+		e.cleave("b leaves", kmsg.LeaveGroupRequestMember{MemberID: b.MemberID})
+		e.cbeat("a heartbeats after b left", a2.MemberID, a2.Generation, nil)
+		e.describeClassic("describe after the leave")
+	}},
 	{"group-configs", func(e *protoEnv) {
 		alter := func(label, name, value string) {
 			req := kmsg.NewPtrIncrementalAlterConfigsRequest()
