@@ -336,7 +336,7 @@ func (e *protoEnv) hb(label string, v int16, m *cmember, edit func(*kmsg.Consume
 // seen (how many rounds that takes is the targets' business).
 func (e *protoEnv) settle(ms ...*cmember) {
 	e.t.Helper()
-	for range 100 {
+	for range 200 {
 		for _, m := range ms {
 			req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
 			req.Group, req.MemberID, req.MemberEpoch, req.InstanceID = e.group, m.id, m.epoch, m.instance
@@ -367,7 +367,7 @@ func (e *protoEnv) settle(ms ...*cmember) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	e.t.Fatalf("%s: members not settled after 100 rounds", e.tg.name)
+	e.t.Fatalf("%s: members not settled after 200 rounds", e.tg.name)
 }
 
 func newMember(e *protoEnv, name string) *cmember {
@@ -626,6 +626,21 @@ func (e *protoEnv) fetchStable(label string) {
 		}
 		e.see("%s", line)
 	}
+}
+
+// deleteGroups is DeleteGroups of groups; each answer is shown by the
+// group's name past the case's, in order of name (the client merges the
+// answers of the groups' coordinators in an order of its own).
+func (e *protoEnv) deleteGroups(label string, groups ...string) {
+	e.t.Helper()
+	dg := kmsg.NewPtrDeleteGroupsRequest()
+	dg.Groups = groups
+	var out []string
+	for _, g := range e.do(dg.Key(), -1, dg).(*kmsg.DeleteGroupsResponse).Groups {
+		out = append(out, fmt.Sprintf("%q=%s", strings.TrimPrefix(g.Group, e.group), codeName(g.ErrorCode)))
+	}
+	slices.Sort(out)
+	e.see("%s: %s", label, strings.Join(out, " "))
 }
 
 // txnState is a transactional producer as a case drives it: its id, and
@@ -888,16 +903,10 @@ var protoCases = []protoCase{
 				e.see("offset delete subscribed: %s %s", codeName(odr.ErrorCode), codeName(p.ErrorCode))
 			}
 		}
-		dg := kmsg.NewPtrDeleteGroupsRequest()
-		dg.Groups = []string{e.group}
-		for _, g := range e.do(dg.Key(), -1, dg).(*kmsg.DeleteGroupsResponse).Groups {
-			e.see("delete non-empty: %s", codeName(g.ErrorCode))
-		}
+		e.deleteGroups("delete non-empty", e.group)
 		e.hb("leave", 1, &cmember{id: m.id, epoch: -1}, nil)
 		e.list("list empty", nil, nil)
-		for _, g := range e.do(dg.Key(), -1, dg).(*kmsg.DeleteGroupsResponse).Groups {
-			e.see("delete empty: %s", codeName(g.ErrorCode))
-		}
+		e.deleteGroups("delete empty", e.group)
 		e.describe("describe deleted")
 	}},
 	{"classic-apis-on-a-consumer-group", func(e *protoEnv) {
@@ -985,11 +994,7 @@ var protoCases = []protoCase{
 			}
 		}
 		e.see("%s", line)
-		dg := kmsg.NewPtrDeleteGroupsRequest()
-		dg.Groups = []string{e.group, e.group + "-none"}
-		for _, g := range e.do(dg.Key(), -1, dg).(*kmsg.DeleteGroupsResponse).Groups {
-			e.see("delete: %s", codeName(g.ErrorCode))
-		}
+		e.deleteGroups("delete", e.group, e.group+"-none")
 		e.describe("consumer group describe of a classic group")
 		e.list("list stable, lower case", []string{"stable"}, nil)
 		e.list("list empty", []string{"Empty"}, nil)
@@ -1144,14 +1149,7 @@ var protoCases = []protoCase{
 		fetch("fetch all after the delete", 9, nil)
 		od.Group = e.group + "-none"
 		e.see("offset delete, unknown group: %s", codeName(e.do(od.Key(), -1, od).(*kmsg.OffsetDeleteResponse).ErrorCode))
-		dg := kmsg.NewPtrDeleteGroupsRequest()
-		dg.Groups = []string{e.group + "-none", e.group}
-		var deleted []string // the client merges the coordinators' answers: compared in order of group
-		for _, g := range e.do(dg.Key(), -1, dg).(*kmsg.DeleteGroupsResponse).Groups {
-			deleted = append(deleted, fmt.Sprintf("%s=%s", strings.TrimPrefix(g.Group, e.group), codeName(g.ErrorCode)))
-		}
-		slices.Sort(deleted)
-		e.see("delete groups: %s", strings.Join(deleted, " "))
+		e.deleteGroups("delete groups", e.group+"-none", e.group)
 		fetch("fetch all after deleting the group", 9, nil)
 	}},
 	{"find-coordinator", func(e *protoEnv) {
