@@ -376,40 +376,16 @@ func newMember(e *protoEnv, name string) *cmember {
 
 func str(s string) *string { return &s }
 
-// classicJoin joins the group with the classic protocol as a consumer
-// (protocol type "consumer", the range assignor, subscribed to the test
-// topic), member id given by the first answer; it completes the
-// generation with SyncGroup when sync is set. Returns the member id and
-// generation.
-func (e *protoEnv) classicJoin(label, protocolType string, sync bool) (string, int32) {
+// classicJoin joins the group with the classic protocol, protocol type
+// ptype, and completes the generation with SyncGroup when sync is set
+// (cjoin, csync). Returns the member id and generation.
+func (e *protoEnv) classicJoin(label, ptype string, sync bool) (string, int32) {
 	e.t.Helper()
-	meta := kmsg.NewConsumerMemberMetadata()
-	meta.Version = 3
-	meta.Topics = []string{protoTopic}
-	join := kmsg.NewPtrJoinGroupRequest()
-	join.Group, join.SessionTimeoutMillis, join.RebalanceTimeoutMillis = e.group, 30000, 30000
-	join.ProtocolType = protocolType
-	join.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: meta.AppendTo(nil)}}
-	resp := e.do(join.Key(), -1, join).(*kmsg.JoinGroupResponse)
-	if resp.ErrorCode == kerr.MemberIDRequired.Code {
-		join.MemberID = resp.MemberID
-		resp = e.do(join.Key(), -1, join).(*kmsg.JoinGroupResponse)
+	j := e.cjoin(label+": join", -1, joinRequest(e.group, ptype, "", nil, 0))
+	if j.ErrorCode == 0 && sync {
+		e.csync(label+": sync", ptype, j.MemberID, j.Generation, nil, j.LeaderID == j.MemberID)
 	}
-	e.see("%s: join %s gen=%d leader=%v", label, codeName(resp.ErrorCode), resp.Generation, resp.LeaderID == resp.MemberID && resp.MemberID != "")
-	if resp.ErrorCode != 0 || !sync {
-		return resp.MemberID, resp.Generation
-	}
-	sreq := kmsg.NewPtrSyncGroupRequest()
-	sreq.Group, sreq.Generation, sreq.MemberID = e.group, resp.Generation, resp.MemberID
-	sreq.ProtocolType, sreq.Protocol = &join.ProtocolType, str("range")
-	if resp.LeaderID == resp.MemberID {
-		a := kmsg.NewConsumerMemberAssignment()
-		a.Topics = []kmsg.ConsumerMemberAssignmentTopic{{Topic: protoTopic, Partitions: []int32{0, 1, 2, 3}}}
-		sreq.GroupAssignment = []kmsg.SyncGroupRequestGroupAssignment{{MemberID: resp.MemberID, MemberAssignment: a.AppendTo(nil)}}
-	}
-	sresp := e.do(sreq.Key(), -1, sreq).(*kmsg.SyncGroupResponse)
-	e.see("%s: sync %s", label, codeName(sresp.ErrorCode))
-	return resp.MemberID, resp.Generation
+	return j.MemberID, j.Generation
 }
 
 func (e *protoEnv) commit(label string, v int16, memberID string, gen int32) {
@@ -500,45 +476,67 @@ func (e *protoEnv) list(label string, states, types []string) {
 	e.see("%s", line)
 }
 
-// cjoin is one classic JoinGroup of a consumer (protocol type "consumer"
-// unless ptype says, the range assignor over the test topic) with the
-// given member id, instance id and session timeout (0: 30 s), version v (-1:
-// the newest); MEMBER_ID_REQUIRED is answered by joining again with the id
-// given. The line says the error, the generation and whether it leads.
-func (e *protoEnv) cjoin(label string, v int16, memberID string, instance *string, session int32) *kmsg.JoinGroupResponse {
-	e.t.Helper()
+// joinRequest is a classic JoinGroup of a consumer subscribed to the test
+// topic with the range assignor: protocol type ptype, the member id and
+// instance id given, session timeout session (0: 30 s).
+func joinRequest(group, ptype, memberID string, instance *string, session int32) *kmsg.JoinGroupRequest {
 	meta := kmsg.NewConsumerMemberMetadata()
-	meta.Version = 3
-	meta.Topics = []string{protoTopic}
+	meta.Version, meta.Topics = 3, []string{protoTopic}
 	join := kmsg.NewPtrJoinGroupRequest()
-	join.Group, join.SessionTimeoutMillis, join.RebalanceTimeoutMillis = e.group, 30000, 30000
+	join.Group, join.SessionTimeoutMillis, join.RebalanceTimeoutMillis = group, 30000, 30000
 	if session != 0 {
 		join.SessionTimeoutMillis = session
 	}
-	join.MemberID, join.InstanceID, join.ProtocolType = memberID, instance, "consumer"
+	join.MemberID, join.InstanceID, join.ProtocolType = memberID, instance, ptype
 	join.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: meta.AppendTo(nil)}}
-	resp := e.do(join.Key(), v, join).(*kmsg.JoinGroupResponse)
-	if resp.ErrorCode == kerr.MemberIDRequired.Code {
-		join.MemberID = resp.MemberID
-		resp = e.do(join.Key(), v, join).(*kmsg.JoinGroupResponse)
+	return join
+}
+
+// joinAs sends join with send and, when it is answered MEMBER_ID_REQUIRED,
+// again with the id given.
+func joinAs(send func(kmsg.Request) (kmsg.Response, error), join *kmsg.JoinGroupRequest) (*kmsg.JoinGroupResponse, error) {
+	resp, err := send(join)
+	if err == nil && resp.(*kmsg.JoinGroupResponse).ErrorCode == kerr.MemberIDRequired.Code {
+		join.MemberID = resp.(*kmsg.JoinGroupResponse).MemberID
+		resp, err = send(join)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return resp.(*kmsg.JoinGroupResponse), nil
+}
+
+// cjoin is one classic JoinGroup at version v (-1: the newest), seen as
+// its error, generation, whether it leads and the members it was told of.
+func (e *protoEnv) cjoin(label string, v int16, join *kmsg.JoinGroupRequest) *kmsg.JoinGroupResponse {
+	e.t.Helper()
+	resp, err := joinAs(func(r kmsg.Request) (kmsg.Response, error) { return e.do(r.Key(), v, r), nil }, join)
+	if err != nil {
+		e.t.Fatal(err)
 	}
 	e.see("%s: %s gen=%d leader=%v members=%d", label, codeName(resp.ErrorCode), resp.Generation,
 		resp.LeaderID == resp.MemberID && resp.MemberID != "", len(resp.Members))
 	return resp
 }
 
-// csync completes generation gen for member id (as leader: every
-// partition to itself).
-func (e *protoEnv) csync(label, id string, gen int32, instance *string, leader bool) {
-	e.t.Helper()
+// syncRequest is a SyncGroup of generation gen for member id, protocol
+// type ptype and the range protocol; a leader's gives itself every
+// partition.
+func syncRequest(group, ptype, id string, gen int32, instance *string, leader bool) *kmsg.SyncGroupRequest {
 	sreq := kmsg.NewPtrSyncGroupRequest()
-	sreq.Group, sreq.Generation, sreq.MemberID, sreq.InstanceID = e.group, gen, id, instance
-	sreq.ProtocolType, sreq.Protocol = str("consumer"), str("range")
+	sreq.Group, sreq.Generation, sreq.MemberID, sreq.InstanceID = group, gen, id, instance
+	sreq.ProtocolType, sreq.Protocol = &ptype, str("range")
 	if leader {
 		a := kmsg.NewConsumerMemberAssignment()
 		a.Topics = []kmsg.ConsumerMemberAssignmentTopic{{Topic: protoTopic, Partitions: []int32{0, 1, 2, 3}}}
 		sreq.GroupAssignment = []kmsg.SyncGroupRequestGroupAssignment{{MemberID: id, MemberAssignment: a.AppendTo(nil)}}
 	}
+	return sreq
+}
+
+func (e *protoEnv) csync(label, ptype, id string, gen int32, instance *string, leader bool) {
+	e.t.Helper()
+	sreq := syncRequest(e.group, ptype, id, gen, instance, leader)
 	e.see("%s: %s", label, codeName(e.do(sreq.Key(), -1, sreq).(*kmsg.SyncGroupResponse).ErrorCode))
 }
 
@@ -561,29 +559,6 @@ func (e *protoEnv) cleave(label string, members ...kmsg.LeaveGroupRequestMember)
 	e.see("%s", line)
 }
 
-// txn begins a transaction that commits offsets for the case's group:
-// InitProducerId, AddOffsetsToTxn; it returns the producer id and epoch
-// and the transactional id.
-func (e *protoEnv) txn(label string) (string, int64, int16) {
-	e.t.Helper()
-	txnID := e.group + "-txn"
-	ip := kmsg.NewPtrInitProducerIDRequest()
-	ip.TransactionalID, ip.TransactionTimeoutMillis, ip.ProducerID, ip.ProducerEpoch = &txnID, 60000, -1, -1
-	var ir *kmsg.InitProducerIDResponse
-	for range 100 {
-		ir = e.do(ip.Key(), -1, ip).(*kmsg.InitProducerIDResponse)
-		if ir.ErrorCode != kerr.CoordinatorLoadInProgress.Code && ir.ErrorCode != kerr.CoordinatorNotAvailable.Code && ir.ErrorCode != kerr.NotCoordinator.Code {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	ao := kmsg.NewPtrAddOffsetsToTxnRequest()
-	ao.TransactionalID, ao.ProducerID, ao.ProducerEpoch, ao.Group = txnID, ir.ProducerID, ir.ProducerEpoch, e.group
-	ar := e.do(ao.Key(), -1, ao).(*kmsg.AddOffsetsToTxnResponse)
-	e.see("%s: init %s, add offsets %s", label, codeName(ir.ErrorCode), codeName(ar.ErrorCode))
-	return txnID, ir.ProducerID, ir.ProducerEpoch
-}
-
 func (e *protoEnv) txnCommit(label, txnID string, pid int64, pepoch int16, memberID string, gen int32) {
 	e.t.Helper()
 	req := kmsg.NewPtrTxnOffsetCommitRequest()
@@ -600,15 +575,9 @@ func (e *protoEnv) txnCommit(label, txnID string, pid int64, pepoch int16, membe
 	e.see("%s: %s", label, codeName(code))
 }
 
-func (e *protoEnv) endTxn(label, txnID string, pid int64, pepoch int16, commit bool) {
-	e.t.Helper()
-	req := kmsg.NewPtrEndTxnRequest()
-	req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit = txnID, pid, pepoch, commit
-	e.see("%s: %s", label, codeName(e.do(req.Key(), -1, req).(*kmsg.EndTxnResponse).ErrorCode))
-}
-
-// fetchStable is OffsetFetch with RequireStable, and the offset it read.
-func (e *protoEnv) fetchStable(label string) {
+// stable is OffsetFetch v9 of partition 0 of the test topic with
+// RequireStable.
+func (e *protoEnv) stable() kmsg.OffsetFetchResponseGroup {
 	e.t.Helper()
 	req := kmsg.NewPtrOffsetFetchRequest()
 	req.RequireStable = true
@@ -616,16 +585,20 @@ func (e *protoEnv) fetchStable(label string) {
 	g.Group, g.MemberEpoch = e.group, -1
 	g.Topics = []kmsg.OffsetFetchRequestGroupTopic{{Topic: protoTopic, Partitions: []int32{0}}}
 	req.Groups = []kmsg.OffsetFetchRequestGroup{g}
-	resp := e.do(req.Key(), 9, req).(*kmsg.OffsetFetchResponse)
-	for _, g := range resp.Groups {
-		line := fmt.Sprintf("%s: %s", label, codeName(g.ErrorCode))
-		for _, tp := range g.Topics {
-			for _, p := range tp.Partitions {
-				line += fmt.Sprintf(" %s offset=%d", codeName(p.ErrorCode), p.Offset)
-			}
+	return e.do(req.Key(), 9, req).(*kmsg.OffsetFetchResponse).Groups[0]
+}
+
+// fetchStable shows what stable reads.
+func (e *protoEnv) fetchStable(label string) {
+	e.t.Helper()
+	g := e.stable()
+	line := fmt.Sprintf("%s: %s", label, codeName(g.ErrorCode))
+	for _, tp := range g.Topics {
+		for _, p := range tp.Partitions {
+			line += fmt.Sprintf(" %s offset=%d", codeName(p.ErrorCode), p.Offset)
 		}
-		e.see("%s", line)
 	}
+	e.see("%s", line)
 }
 
 // deleteGroups is DeleteGroups of groups; each answer is shown by the
@@ -944,17 +917,17 @@ var protoCases = []protoCase{
 		e.describe("describe")
 	}},
 	{"classic-join-errors", func(e *protoEnv) {
-		e.cjoin("unknown member id", -1, "nobody", nil, 0)
-		e.cjoin("session timeout too short", -1, "", nil, 1)
-		e.cjoin("session timeout too long", -1, "", nil, 3_600_000)
-		j := e.cjoin("join", -1, "", nil, 0)
-		e.cjoin("join again, same id", -1, j.MemberID, nil, 0)
-		e.cjoin("v3 join without an id", 3, "", nil, 0)
+		e.cjoin("unknown member id", -1, joinRequest(e.group, "consumer", "nobody", nil, 0))
+		e.cjoin("session timeout too short", -1, joinRequest(e.group, "consumer", "", nil, 1))
+		e.cjoin("session timeout too long", -1, joinRequest(e.group, "consumer", "", nil, 3_600_000))
+		j := e.cjoin("join", -1, joinRequest(e.group, "consumer", "", nil, 0))
+		e.cjoin("join again, same id", -1, joinRequest(e.group, "consumer", j.MemberID, nil, 0))
+		e.cjoin("v3 join without an id", 3, joinRequest(e.group, "consumer", "", nil, 0))
 	}},
 	{"classic-generations", func(e *protoEnv) {
 		e.cbeat("heartbeat, unknown group", "nobody", 1, nil)
-		j := e.cjoin("join", -1, "", nil, 0)
-		e.csync("sync", j.MemberID, j.Generation, nil, true)
+		j := e.cjoin("join", -1, joinRequest(e.group, "consumer", "", nil, 0))
+		e.csync("sync", "consumer", j.MemberID, j.Generation, nil, true)
 		e.cbeat("heartbeat", j.MemberID, j.Generation, nil)
 		e.cbeat("heartbeat, old generation", j.MemberID, j.Generation-1, nil)
 		e.cbeat("heartbeat, unknown member", "nobody", j.Generation, nil)
@@ -969,9 +942,9 @@ var protoCases = []protoCase{
 		e.commit("commit to the empty group, no member", 9, "", -1)
 	}},
 	{"classic-static-members", func(e *protoEnv) {
-		a := e.cjoin("join a", -1, "", str("ci-1"), 0)
-		e.csync("sync a", a.MemberID, a.Generation, str("ci-1"), true)
-		b := e.cjoin("join b, same instance", -1, "", str("ci-1"), 0)
+		a := e.cjoin("join a", -1, joinRequest(e.group, "consumer", "", str("ci-1"), 0))
+		e.csync("sync a", "consumer", a.MemberID, a.Generation, str("ci-1"), true)
+		b := e.cjoin("join b, same instance", -1, joinRequest(e.group, "consumer", "", str("ci-1"), 0))
 		e.cbeat("a heartbeats", a.MemberID, a.Generation, str("ci-1"))
 		e.cbeat("b heartbeats", b.MemberID, b.Generation, str("ci-1"))
 		e.cleave("leave by instance, wrong member", kmsg.LeaveGroupRequestMember{MemberID: a.MemberID, InstanceID: str("ci-1")})
@@ -979,8 +952,8 @@ var protoCases = []protoCase{
 		e.describeClassic("describe")
 	}},
 	{"classic-delete-rules", func(e *protoEnv) {
-		j := e.cjoin("join", -1, "", nil, 0)
-		e.csync("sync", j.MemberID, j.Generation, nil, true)
+		j := e.cjoin("join", -1, joinRequest(e.group, "consumer", "", nil, 0))
+		e.csync("sync", "consumer", j.MemberID, j.Generation, nil, true)
 		e.commit("commit", 9, j.MemberID, j.Generation)
 		od := kmsg.NewPtrOffsetDeleteRequest()
 		od.Group = e.group
@@ -1002,34 +975,26 @@ var protoCases = []protoCase{
 	{"transactional-offsets", func(e *protoEnv) {
 		m := newMember(e, "a")
 		e.hb("join", 1, m, nil)
-		txnID, pid, pepoch := e.txn("transaction")
-		e.txnCommit("txn commit at the member's epoch", txnID, pid, pepoch, m.id, m.epoch)
-		e.txnCommit("txn commit, epoch ahead", txnID, pid, pepoch, m.id, m.epoch+1)
-		e.txnCommit("txn commit, epoch behind", txnID, pid, pepoch, m.id, m.epoch-1)
-		e.txnCommit("txn commit, unknown member", txnID, pid, pepoch, "nobody", m.epoch)
-		e.txnCommit("txn commit, no member", txnID, pid, pepoch, "", -1)
+		x := &txnState{id: e.group + "-txn"}
+		e.initPID("init", x, 60000)
+		e.addOffsets("add offsets", x, x.pid, x.epoch)
+		e.txnCommit("txn commit at the member's epoch", x.id, x.pid, x.epoch, m.id, m.epoch)
+		e.txnCommit("txn commit, epoch ahead", x.id, x.pid, x.epoch, m.id, m.epoch+1)
+		e.txnCommit("txn commit, epoch behind", x.id, x.pid, x.epoch, m.id, m.epoch-1)
+		e.txnCommit("txn commit, unknown member", x.id, x.pid, x.epoch, "nobody", m.epoch)
+		e.txnCommit("txn commit, no member", x.id, x.pid, x.epoch, "", -1)
 		e.fetchStable("fetch stable, transaction open")
-		e.endTxn("commit the transaction", txnID, pid, pepoch, true)
+		e.end("commit the transaction", x, x.pid, x.epoch, true)
 		deadline := time.Now().Add(10 * time.Second)
-		for {
-			// The markers land after EndTxn is answered, on both.
-			req := kmsg.NewPtrOffsetFetchRequest()
-			req.RequireStable = true
-			g := kmsg.NewOffsetFetchRequestGroup()
-			g.Group, g.MemberEpoch = e.group, -1
-			g.Topics = []kmsg.OffsetFetchRequestGroupTopic{{Topic: protoTopic, Partitions: []int32{0}}}
-			req.Groups = []kmsg.OffsetFetchRequestGroup{g}
-			resp := e.do(req.Key(), 9, req).(*kmsg.OffsetFetchResponse)
-			if resp.Groups[0].ErrorCode == 0 && resp.Groups[0].Topics[0].Partitions[0].ErrorCode == 0 || time.Now().After(deadline) {
-				break
-			}
+		// The markers land after EndTxn is answered, on both.
+		for g := e.stable(); (g.ErrorCode != 0 || g.Topics[0].Partitions[0].ErrorCode != 0) && time.Now().Before(deadline); g = e.stable() {
 			time.Sleep(50 * time.Millisecond)
 		}
 		e.fetchStable("fetch stable, committed")
 	}},
 	{"downgrade-when-the-last-consumer-member-leaves", func(e *protoEnv) {
-		j := e.cjoin("classic member", -1, "", nil, 0)
-		e.csync("classic sync", j.MemberID, j.Generation, nil, true)
+		j := e.cjoin("classic member", -1, joinRequest(e.group, "consumer", "", nil, 0))
+		e.csync("classic sync", "consumer", j.MemberID, j.Generation, nil, true)
 		m := newMember(e, "a")
 		e.hb("consumer join", 1, m, nil)
 		e.list("list", nil, nil)
@@ -1215,8 +1180,8 @@ var protoCases = []protoCase{
 		e.describe("describe")
 	}},
 	{"classic-rebalance", func(e *protoEnv) {
-		a := e.cjoin("join a", -1, "", nil, 0)
-		e.csync("sync a", a.MemberID, a.Generation, nil, true)
+		a := e.cjoin("join a", -1, joinRequest(e.group, "consumer", "", nil, 0))
+		e.csync("sync a", "consumer", a.MemberID, a.Generation, nil, true)
 		// b joins from a client of its own, as a second consumer would
 		// (Kafka reads a connection's next request only once it answered
 		// the one before, and b's JoinGroup waits for the rebalance,
@@ -1228,22 +1193,12 @@ var protoCases = []protoCase{
 		defer bcl.Close()
 		bDone := make(chan *kmsg.JoinGroupResponse, 1)
 		go func() {
-			meta := kmsg.NewConsumerMemberMetadata()
-			meta.Version, meta.Topics = 3, []string{protoTopic}
-			join := kmsg.NewPtrJoinGroupRequest()
-			join.Group, join.SessionTimeoutMillis, join.RebalanceTimeoutMillis = e.group, 30000, 30000
-			join.ProtocolType = "consumer"
-			join.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: meta.AppendTo(nil)}}
-			resp, err := bcl.Request(e.ctx, join)
-			if err == nil && resp.(*kmsg.JoinGroupResponse).ErrorCode == kerr.MemberIDRequired.Code {
-				join.MemberID = resp.(*kmsg.JoinGroupResponse).MemberID
-				resp, err = bcl.Request(e.ctx, join)
-			}
+			resp, err := joinAs(func(r kmsg.Request) (kmsg.Response, error) { return bcl.Request(e.ctx, r) },
+				joinRequest(e.group, "consumer", "", nil, 0))
 			if err != nil {
-				bDone <- nil
-				return
+				resp = nil
 			}
-			bDone <- resp.(*kmsg.JoinGroupResponse)
+			bDone <- resp
 		}()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
@@ -1257,7 +1212,7 @@ var protoCases = []protoCase{
 			time.Sleep(50 * time.Millisecond)
 		}
 		e.describeClassic("describe during the rebalance")
-		a2 := e.cjoin("a rejoins", -1, a.MemberID, nil, 0)
+		a2 := e.cjoin("a rejoins", -1, joinRequest(e.group, "consumer", a.MemberID, nil, 0))
 		b := <-bDone
 		if b == nil {
 			e.t.Fatalf("%s: b's join failed", e.tg.name)
@@ -1266,10 +1221,7 @@ var protoCases = []protoCase{
 		// b, a follower, syncs first: its SyncGroup waits for the leader's.
 		bSync := make(chan int16, 1)
 		go func() {
-			sreq := kmsg.NewPtrSyncGroupRequest()
-			sreq.Group, sreq.Generation, sreq.MemberID = e.group, b.Generation, b.MemberID
-			sreq.ProtocolType, sreq.Protocol = str("consumer"), str("range")
-			resp, err := bcl.Request(e.ctx, sreq)
+			resp, err := bcl.Request(e.ctx, syncRequest(e.group, "consumer", b.MemberID, b.Generation, nil, false))
 			if err != nil {
 				bSync <- -1
 				return
@@ -1279,7 +1231,7 @@ var protoCases = []protoCase{
 		time.Sleep(300 * time.Millisecond)
 		e.describeClassic("describe while the follower waits")
 		e.cbeat("a heartbeats before it syncs", a2.MemberID, a2.Generation, nil)
-		e.csync("a syncs (leader)", a2.MemberID, a2.Generation, nil, true)
+		e.csync("a syncs (leader)", "consumer", a2.MemberID, a2.Generation, nil, true)
 		e.see("b's sync: %s", codeName(<-bSync))
 		e.cbeat("b heartbeats", b.MemberID, b.Generation, nil)
 		e.cbeat("b heartbeats with the old generation", b.MemberID, a.Generation, nil)
