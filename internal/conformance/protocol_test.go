@@ -1240,6 +1240,43 @@ var protoCases = []protoCase{
 		e.cbeat("a heartbeats after b left", a2.MemberID, a2.Generation, nil)
 		e.describeClassic("describe after the leave")
 	}},
+	{"classic-member-of-a-consumer-group", func(e *protoEnv) {
+		j := e.cjoin("classic member joins", -1, joinRequest(e.group, "consumer", "", nil, 0))
+		e.csync("classic member syncs", "consumer", j.MemberID, j.Generation, nil, true)
+		m := newMember(e, "a")
+		e.hb("a consumer member joins (the upgrade)", 1, m, nil)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			// The classic member learns of the new target at a heartbeat.
+			hb := kmsg.NewPtrHeartbeatRequest()
+			hb.Group, hb.MemberID, hb.Generation = e.group, j.MemberID, j.Generation
+			code := e.do(hb.Key(), -1, hb).(*kmsg.HeartbeatResponse).ErrorCode
+			if code != 0 || time.Now().After(deadline) {
+				e.see("classic member heartbeats: %s", codeName(code))
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		e.commit("classic member commits in its generation", 9, j.MemberID, j.Generation)
+		j2 := e.cjoin("classic member rejoins", -1, joinRequest(e.group, "consumer", j.MemberID, nil, 0))
+		e.cjoin("classic member joins again with the old generation's id", -1, joinRequest(e.group, "consumer", j.MemberID, nil, 0))
+		e.csync("classic member syncs", "consumer", j2.MemberID, j2.Generation, nil, false)
+		e.csync("classic member syncs an old generation", "consumer", j2.MemberID, j.Generation, nil, false)
+		e.cbeat("classic member heartbeats", j2.MemberID, j2.Generation, nil)
+		e.settle(m)
+		e.describe("describe")
+		e.cleave("classic member leaves", kmsg.LeaveGroupRequestMember{MemberID: j2.MemberID})
+		// Kafka is Assigning until its next target (at most a second),
+		// kaas Reconciling at once: compared once settled.
+		e.settle(m)
+		e.list("list", nil, nil)
+	}},
+	{"join-v0-with-a-member-id", func(e *protoEnv) {
+		m := newMember(e, "a")
+		e.hb("join v0 naming its own id", 0, m, nil)
+		e.hb("heartbeat v0", 0, m, nil)
+		e.hb("rejoin v0 under the same id", 0, &cmember{id: m.id}, nil)
+	}},
 	{"group-configs", func(e *protoEnv) {
 		alter := func(label, name, value string) {
 			req := kmsg.NewPtrIncrementalAlterConfigsRequest()
