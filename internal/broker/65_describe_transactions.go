@@ -5,6 +5,7 @@ package broker
 
 import (
 	"context"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -37,6 +38,18 @@ func (b *Broker) handleDescribeTransactions(_ context.Context, c *conn, req wire
 				}
 				t := &st.Topics[len(st.Topics)-1]
 				t.Partitions = append(t.Partitions, tp.Partition)
+			}
+			// Each group whose offsets it added, as the __consumer_offsets
+			// partition Kafka would keep them in.
+			var offs []int32
+			for _, g := range rec.Groups {
+				offs = append(offs, offsetsPartition(g))
+			}
+			if len(offs) > 0 {
+				slices.Sort(offs)
+				t := kmsg.NewDescribeTransactionsResponseTransactionStateTopic()
+				t.Topic, t.Partitions = internalNames[0], slices.Compact(offs)
+				st.Topics = append(st.Topics, t)
 			}
 		}
 		resp.TransactionStates = append(resp.TransactionStates, st)

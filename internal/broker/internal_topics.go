@@ -15,7 +15,9 @@ package broker
 
 import (
 	"crypto/sha256"
+	"math"
 	"slices"
+	"unicode/utf16"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -26,6 +28,25 @@ import (
 // internalPartitions is Kafka's default offsets.topic.num.partitions and
 // transaction.state.log.num.partitions.
 const internalPartitions = 50
+
+// offsetsPartition is the __consumer_offsets partition Kafka keeps group's
+// records in: the group id's Java hash code (over its UTF-16 code units),
+// its absolute value (0 for the smallest int), modulo the partitions.
+// DescribeTransactions names it for a group whose offsets a transaction
+// added, as Kafka does.
+func offsetsPartition(group string) int32 {
+	var h int32
+	for _, u := range utf16.Encode([]rune(group)) {
+		h = 31*h + int32(u)
+	}
+	if h == math.MinInt32 {
+		return 0
+	}
+	if h < 0 {
+		h = -h
+	}
+	return h % internalPartitions
+}
 
 // internalNames are the internal topics Metadata lists.
 var internalNames = []string{"__consumer_offsets", "__transaction_state"}

@@ -202,3 +202,46 @@ func TestTransactionThatOnlyCommitsOffsets(t *testing.T) {
 		t.Fatalf("after commit: %+v", p)
 	}
 }
+
+// TestDescribeTransactionsNamesTheGroupsOffsetsPartition: a transaction
+// that added a group's offsets lists that group's __consumer_offsets
+// partition among its topics, as Kafka does (its partition for the group:
+// the group id's Java hash code over the offsets topic's partitions, 50
+// here, as Metadata lists them); kaas listed none (the reference cluster,
+// TestGroupAnswersMatchKafka's transaction-errors case). The expected
+// partitions are Java's, computed by a JVM.
+func TestDescribeTransactionsNamesTheGroupsOffsetsPartition(t *testing.T) {
+	b := startGroupBroker(t, t.TempDir(), fastGroups(), nil)
+	cl := client(t, b)
+	ctx := context.Background()
+	p := txnClient(t, b, "describe-offsets")
+	if err := p.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	id, epoch, err := p.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int32{"my-group": 12, "grüße-✓-😀": 33, "og": 44}
+	for g := range want {
+		add := kmsg.NewPtrAddOffsetsToTxnRequest()
+		add.TransactionalID, add.ProducerID, add.ProducerEpoch, add.Group = "describe-offsets", id, epoch, g
+		if resp, err := add.RequestWith(ctx, cl); err != nil || resp.ErrorCode != 0 {
+			t.Fatalf("add offsets of %s: %v %v", g, err, resp)
+		}
+	}
+	req := kmsg.NewPtrDescribeTransactionsRequest()
+	req.TransactionalIDs = []string{"describe-offsets"}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := resp.TransactionStates[0]
+	if len(st.Topics) != 1 || st.Topics[0].Topic != "__consumer_offsets" {
+		t.Fatalf("topics %+v, want __consumer_offsets alone", st.Topics)
+	}
+	got := st.Topics[0].Partitions
+	if len(got) != 3 || got[0] != 12 || got[1] != 33 || got[2] != 44 {
+		t.Fatalf("__consumer_offsets partitions %v, want [12 33 44] (my-group, grüße-✓-😀, og)", got)
+	}
+}

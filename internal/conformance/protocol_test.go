@@ -82,10 +82,6 @@ var knownDifferences = map[string][]string{
 	// offsets for the empty one (every other group API refuses it on
 	// both).
 	"empty-group-id": {"offset commit", "offset fetch"},
-	// Kafka lists the __consumer_offsets partition of a group added to a
-	// transaction among its topics; kaas keeps a group's offsets in a file
-	// of its own and has no such partition to name.
-	"transaction-errors": {"describe, ongoing"},
 }
 
 func knownDifference(name, a, b string) bool {
