@@ -1288,6 +1288,10 @@ var protoCases = []protoCase{
 		alter("heartbeat interval 10", "consumer.heartbeat.interval.ms", "10")
 		alter("session timeout 50000", "consumer.session.timeout.ms", "50000")
 		alter("unknown config", "consumer.no.such.config", "1")
+		// A coordinator holds the configs it read up to a second
+		// (docs/cgroup.md); Kafka's learns them from the metadata log,
+		// usually within milliseconds. Both apply them past that.
+		time.Sleep(1100 * time.Millisecond)
 		m := newMember(e, "a")
 		e.hb("join", 1, m, nil)
 		req := kmsg.NewPtrDescribeConfigsRequest()

@@ -117,15 +117,18 @@ type file struct {
 type Store struct {
 	path   string
 	maxAge time.Duration
-	now    func() time.Time
+	// freshWait bounds how long the heartbeat that starts a re-read waits
+	// for it (Overrides).
+	freshWait time.Duration
+	now       func() time.Time
+	stat      func(string) (fs.FileInfo, error) // os.Stat; a test's stalls
 
 	wmu        sync.Mutex // serializes Alter
 	mu         sync.Mutex // guards the fields below; held for no file I/O
 	groups     map[string]map[string]string
 	version    fsutil.Version
-	read       time.Time     // when the file was last looked at
-	refreshing bool          // a background re-read is under way (Overrides)
-	refreshed  chan struct{} // closed when that re-read is done
+	read       time.Time // when the file was last looked at
+	refreshing bool      // a background re-read is under way (Overrides)
 	// gen grows with every change of groups: a read that began before
 	// one does not overwrite it.
 	gen uint64
@@ -134,7 +137,7 @@ type Store struct {
 // Open returns the store of the volume under dataDir, with the file read
 // once (a file that cannot be read now is read again at the next use).
 func Open(dataDir string) *Store {
-	s := &Store{path: volume.GroupConfigsPath(dataDir), maxAge: time.Second, now: time.Now}
+	s := &Store{path: volume.GroupConfigsPath(dataDir), maxAge: time.Second, freshWait: 100 * time.Millisecond, now: time.Now, stat: os.Stat}
 	if groups, v, _, err := s.load(fsutil.Version{}); err == nil {
 		s.groups, s.version, s.read = groups, v, s.now()
 	}
@@ -144,7 +147,7 @@ func Open(dataDir string) *Store {
 // load reads the file unless it is still version have. It takes no lock:
 // a stalled volume stalls only its caller.
 func (s *Store) load(have fsutil.Version) (groups map[string]map[string]string, v fsutil.Version, changed bool, err error) {
-	fi, err := os.Stat(s.path)
+	fi, err := s.stat(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fsutil.Version{}, true, nil
 	}
@@ -188,39 +191,34 @@ func (s *Store) Get(group string) (map[string]string, error) {
 	return out, err
 }
 
-// freshWait bounds how long Overrides waits for a re-read of the file.
-const freshWait = 100 * time.Millisecond
-
 // Overrides returns what group's configs change. When the values are older
-// than a second it re-reads the file in the background and waits for that
-// read at most freshWait, so that a config altered a moment ago applies to
-// the next heartbeat, as on Kafka (whose brokers learn it from the metadata
-// log within milliseconds); a stalled volume costs a heartbeat those 100
-// ms once a second, and it is then answered with the values it had. A
-// coordinator calls it on every heartbeat, before it takes the group's lock.
+// than a second the heartbeat that finds them so re-reads the file in the
+// background and waits for that read at most freshWait (100 ms), so that a
+// config altered on the controller applies to it, as on Kafka (whose
+// brokers learn it from the metadata log, usually within milliseconds);
+// heartbeats meanwhile answer with the values held. A stalled volume so
+// costs one heartbeat those 100 ms, once per stalled read. A coordinator
+// calls it on every heartbeat, before it takes the group's lock.
 func (s *Store) Overrides(group string) Overrides {
 	s.mu.Lock()
-	if s.read.IsZero() || !s.read.Add(s.maxAge).After(s.now()) {
-		if !s.refreshing {
-			s.refreshing, s.read, s.refreshed = true, s.now(), make(chan struct{})
-			have, gen, done := s.version, s.gen, s.refreshed
-			go func() {
-				groups, v, changed, err := s.load(have)
-				s.mu.Lock()
-				defer s.mu.Unlock()
-				if err == nil && changed && s.gen == gen { // else Alter or Get got there first
-					s.groups, s.version = groups, v
-					s.gen++
-				}
-				s.refreshing = false
-				close(done)
-			}()
-		}
-		done := s.refreshed
+	if !s.refreshing && (s.read.IsZero() || !s.read.Add(s.maxAge).After(s.now())) {
+		s.refreshing, s.read = true, s.now()
+		have, gen, done := s.version, s.gen, make(chan struct{})
+		go func() {
+			groups, v, changed, err := s.load(have)
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if err == nil && changed && s.gen == gen { // else Alter or Get got there first
+				s.groups, s.version = groups, v
+				s.gen++
+			}
+			s.refreshing = false
+			close(done)
+		}()
 		s.mu.Unlock()
 		select {
 		case <-done:
-		case <-time.After(freshWait):
+		case <-time.After(s.freshWait):
 		}
 		s.mu.Lock()
 	}

@@ -2,11 +2,13 @@ package groupconfig
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kaas-dev/kaas/internal/testutil"
 	"github.com/kaas-dev/kaas/internal/volume"
 )
 
@@ -120,4 +122,46 @@ func TestOverridesSeeAChangeAtTheFirstHeartbeatAfterIt(t *testing.T) {
 	if o := r.Overrides("g"); o.HeartbeatInterval != 6*time.Second {
 		t.Fatalf("first heartbeat after the change: %+v, want the 6 s interval", o)
 	}
+}
+
+// TestOverridesWaitOnlyForTheReadTheyStart: on a stalled volume only the
+// heartbeat that starts a re-read waits for it (at most freshWait); the
+// ones after it answer with the values held. The first version of the
+// wait had every heartbeat wait on the stalled read once the values were a
+// second old. freshWait is an hour here, so a heartbeat that waits on the
+// stalled read never returns until the read is released.
+func TestOverridesWaitOnlyForTheReadTheyStart(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(volume.ClusterDir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := Open(dir)
+	clock := time.Unix(1_700_000_000, 0)
+	release := make(chan struct{})
+	r.now, r.read, r.freshWait = func() time.Time { return clock }, clock, time.Hour
+	r.stat = func(name string) (fs.FileInfo, error) { <-release; return os.Stat(name) }
+	clock = clock.Add(2 * time.Second)
+	first := make(chan struct{})
+	go func() { r.Overrides("g"); close(first) }() // starts the read, waits on it
+	testutil.WaitFor(t, 10*time.Second, func() error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if !r.refreshing {
+			return errors.New("no read started")
+		}
+		return nil
+	})
+	clock = clock.Add(2 * time.Second) // past maxAge again, the read still stalled
+	second := make(chan struct{})
+	go func() { r.Overrides("g"); close(second) }()
+	select {
+	case <-second:
+	case <-first:
+		t.Fatal("the first heartbeat returned before the stalled read was released")
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("a heartbeat that did not start the stalled read waited for it")
+	}
+	close(release)
+	<-first
 }
