@@ -29,7 +29,7 @@ import (
 // transaction.state.log.num.partitions.
 const internalPartitions = 50
 
-// offsetsPartition is the __consumer_offsets partition Kafka keeps group's
+// offsetsPartition is the __consumer_offsets partition Kafka keeps a group's
 // records in: the group id's Java hash code (over its UTF-16 code units),
 // its absolute value (0 for the smallest int), modulo the partitions.
 // DescribeTransactions names it for a group whose offsets a transaction
