@@ -536,11 +536,31 @@ func (e *protoEnv) csync(label, ptype, id string, gen int32, instance *string, l
 	e.see("%s: %s", label, codeName(e.do(sreq.Key(), -1, sreq).(*kmsg.SyncGroupResponse).ErrorCode))
 }
 
-func (e *protoEnv) cbeat(label, id string, gen int32, instance *string) {
+// classicHeartbeat is a classic Heartbeat's error code.
+func (e *protoEnv) classicHeartbeat(id string, gen int32, instance *string) int16 {
 	e.t.Helper()
 	hb := kmsg.NewPtrHeartbeatRequest()
 	hb.Group, hb.MemberID, hb.Generation, hb.InstanceID = e.group, id, gen, instance
-	e.see("%s: %s", label, codeName(e.do(hb.Key(), -1, hb).(*kmsg.HeartbeatResponse).ErrorCode))
+	return e.do(hb.Key(), -1, hb).(*kmsg.HeartbeatResponse).ErrorCode
+}
+
+func (e *protoEnv) cbeat(label, id string, gen int32, instance *string) {
+	e.t.Helper()
+	e.see("%s: %s", label, codeName(e.classicHeartbeat(id, gen, instance)))
+}
+
+// cbeatUntilRefused heartbeats member id until an answer is an error (a
+// rebalance it learns of at a heartbeat), at most 10 s, and sees that
+// answer.
+func (e *protoEnv) cbeatUntilRefused(label, id string, gen int32) {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	code := e.classicHeartbeat(id, gen, nil)
+	for code == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		code = e.classicHeartbeat(id, gen, nil)
+	}
+	e.see("%s: %s", label, codeName(code))
 }
 
 func (e *protoEnv) cleave(label string, members ...kmsg.LeaveGroupRequestMember) {
@@ -1196,17 +1216,7 @@ var protoCases = []protoCase{
 			}
 			bDone <- resp
 		}()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			hb := kmsg.NewPtrHeartbeatRequest()
-			hb.Group, hb.MemberID, hb.Generation = e.group, a.MemberID, a.Generation
-			code := e.do(hb.Key(), -1, hb).(*kmsg.HeartbeatResponse).ErrorCode
-			if code != 0 || time.Now().After(deadline) {
-				e.see("a heartbeats while b joins: %s", codeName(code))
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		e.cbeatUntilRefused("a heartbeats while b joins", a.MemberID, a.Generation)
 		e.describeClassic("describe during the rebalance")
 		a2 := e.cjoin("a rejoins", -1, joinRequest(e.group, "consumer", a.MemberID, nil, 0))
 		b := <-bDone
@@ -1241,18 +1251,8 @@ var protoCases = []protoCase{
 		e.csync("classic member syncs", "consumer", j.MemberID, j.Generation, nil, true)
 		m := newMember(e, "a")
 		e.hb("a consumer member joins (the upgrade)", 1, m, nil)
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			// The classic member learns of the new target at a heartbeat.
-			hb := kmsg.NewPtrHeartbeatRequest()
-			hb.Group, hb.MemberID, hb.Generation = e.group, j.MemberID, j.Generation
-			code := e.do(hb.Key(), -1, hb).(*kmsg.HeartbeatResponse).ErrorCode
-			if code != 0 || time.Now().After(deadline) {
-				e.see("classic member heartbeats: %s", codeName(code))
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		// The classic member learns of the new target at a heartbeat.
+		e.cbeatUntilRefused("classic member heartbeats", j.MemberID, j.Generation)
 		e.commit("classic member commits in its generation", 9, j.MemberID, j.Generation)
 		j2 := e.cjoin("classic member rejoins", -1, joinRequest(e.group, "consumer", j.MemberID, nil, 0))
 		e.cjoin("classic member joins again with the old generation's id", -1, joinRequest(e.group, "consumer", j.MemberID, nil, 0))

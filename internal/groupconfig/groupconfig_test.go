@@ -73,30 +73,38 @@ func TestAlterIsDurableAndSeenByAnotherStore(t *testing.T) {
 	}
 }
 
-// TestOverridesFollowTheFile: Overrides answers from memory and picks up
-// another broker's change once its values are older than maxAge.
-func TestOverridesFollowTheFile(t *testing.T) {
-	dir := t.TempDir()
+// clockedStore is a Store over a fresh volume's folder dir, on a clock the
+// test moves (*clock), its values read at that clock's start.
+func clockedStore(t *testing.T) (dir string, r *Store, clock *time.Time) {
+	t.Helper()
+	dir = t.TempDir()
 	if err := os.MkdirAll(volume.ClusterDir(dir), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	r, clock = Open(dir), new(time.Time)
+	*clock = time.Unix(1_700_000_000, 0)
+	r.now, r.read = func() time.Time { return *clock }, *clock
+	return dir, r, clock
+}
+
+// TestOverridesFollowTheFile: Overrides answers from memory and picks up
+// another broker's change once its values are older than maxAge.
+func TestOverridesFollowTheFile(t *testing.T) {
+	dir, r, clock := clockedStore(t)
 	b := BoundsFor(45*time.Second, 5*time.Second)
-	r := Open(dir)
-	clock := time.Unix(1_700_000_000, 0)
-	r.now, r.read = func() time.Time { return clock }, clock
 	if o := r.Overrides("g"); o != (Overrides{}) {
 		t.Fatalf("no file: %+v", o)
 	}
 	if err := Open(dir).Alter("g", []Op{{Name: HeartbeatInterval, Value: "6000"}}, b, false); err != nil {
 		t.Fatal(err)
 	}
-	clock = clock.Add(2 * time.Second)
+	*clock = clock.Add(2 * time.Second)
 	deadline := time.Now().Add(10 * time.Second)
 	for r.Overrides("g").HeartbeatInterval != 6*time.Second {
 		if time.Now().After(deadline) {
 			t.Fatal("the other broker's change was never read")
 		}
-		clock = clock.Add(2 * time.Second)
+		*clock = clock.Add(2 * time.Second)
 		time.Sleep(10 * time.Millisecond)
 	}
 }
@@ -108,17 +116,11 @@ func TestOverridesFollowTheFile(t *testing.T) {
 // kaas answered that heartbeat with the old values and re-read the file
 // only for the ones after it.
 func TestOverridesSeeAChangeAtTheFirstHeartbeatAfterIt(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.MkdirAll(volume.ClusterDir(dir), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	r := Open(dir)
-	clock := time.Unix(1_700_000_000, 0)
-	r.now, r.read = func() time.Time { return clock }, clock
+	dir, r, clock := clockedStore(t)
 	if err := Open(dir).Alter("g", []Op{{Name: HeartbeatInterval, Value: "6000"}}, BoundsFor(45*time.Second, 5*time.Second), false); err != nil {
 		t.Fatal(err)
 	}
-	clock = clock.Add(2 * time.Second)
+	*clock = clock.Add(2 * time.Second)
 	if o := r.Overrides("g"); o.HeartbeatInterval != 6*time.Second {
 		t.Fatalf("first heartbeat after the change: %+v, want the 6 s interval", o)
 	}
@@ -131,16 +133,11 @@ func TestOverridesSeeAChangeAtTheFirstHeartbeatAfterIt(t *testing.T) {
 // second old. freshWait is an hour here, so a heartbeat that waits on the
 // stalled read never returns until the read is released.
 func TestOverridesWaitOnlyForTheReadTheyStart(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.MkdirAll(volume.ClusterDir(dir), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	r := Open(dir)
-	clock := time.Unix(1_700_000_000, 0)
+	_, r, clock := clockedStore(t)
 	release := make(chan struct{})
-	r.now, r.read, r.freshWait = func() time.Time { return clock }, clock, time.Hour
+	r.freshWait = time.Hour
 	r.stat = func(name string) (fs.FileInfo, error) { <-release; return os.Stat(name) }
-	clock = clock.Add(2 * time.Second)
+	*clock = clock.Add(2 * time.Second)
 	first := make(chan struct{})
 	go func() { r.Overrides("g"); close(first) }() // starts the read, waits on it
 	testutil.WaitFor(t, 10*time.Second, func() error {
@@ -151,7 +148,7 @@ func TestOverridesWaitOnlyForTheReadTheyStart(t *testing.T) {
 		}
 		return nil
 	})
-	clock = clock.Add(2 * time.Second) // past maxAge again, the read still stalled
+	*clock = clock.Add(2 * time.Second) // past maxAge again, the read still stalled
 	second := make(chan struct{})
 	go func() { r.Overrides("g"); close(second) }()
 	select {
