@@ -7,12 +7,14 @@ import (
 
 // assign computes a target assignment: member id → partitions, with the
 // named assignor, from each member's subscribed topic names, the previous
-// target (for stickiness) and the topics.
-func assign(assignor string, subs map[string][]string, prev map[string]map[TP]struct{}, im *Image) map[string]map[TP]struct{} {
+// target (for stickiness) and the topics. givers orders the members the
+// uniform assignor takes a partition from first, when balance lets it
+// choose (see assignUniform).
+func assign(assignor string, subs map[string][]string, prev map[string]map[TP]struct{}, givers []string, im *Image) map[string]map[TP]struct{} {
 	if assignor == AssignorRange {
 		return assignRange(subs, im)
 	}
-	return assignUniform(subs, prev, im)
+	return assignUniform(subs, prev, givers, im)
 }
 
 // assignRange gives each topic's partitions to the members subscribed to
@@ -54,7 +56,14 @@ func assignRange(subs map[string][]string, im *Image) map[string]map[TP]struct{}
 // subscribed to its topic as evenly as their subscriptions allow, keeping
 // each partition where the previous target had it whenever balance
 // permits (Kafka's uniform assignor has the same two goals).
-func assignUniform(subs map[string][]string, prev map[string]map[TP]struct{}, im *Image) map[string]map[TP]struct{} {
+//
+// Where balance takes partitions from some of several members that own
+// equally many (a member joining a balanced group), it takes them from the
+// members listed first in givers, then from the others in id order. The
+// group lists first the members whose next heartbeat is due soonest
+// (Group.givers): a partition moves only once its owner has heard that it
+// must give it up, at its next heartbeat, and said it has.
+func assignUniform(subs map[string][]string, prev map[string]map[TP]struct{}, givers []string, im *Image) map[string]map[TP]struct{} {
 	// Members are indices into the sorted ids, partitions indices into
 	// all: the balancing below looks at every member for every partition
 	// on each pass, and a 100-member group joining one by one computes
@@ -149,6 +158,33 @@ func assignUniform(subs map[string][]string, prev map[string]map[TP]struct{}, im
 	// squares, so this ends). A partition whose owner has at most one more
 	// than the fewest any member has cannot move: the scan of the members
 	// is skipped for it (the common case once balanced).
+	// The order the balancing visits partitions in: by their owner's place
+	// in givers, then by index.
+	rank := make([]int, len(ids))
+	for i := range rank {
+		rank[i] = len(givers)
+	}
+	for r, id := range givers {
+		if i, ok := slices.BinarySearch(ids, id); ok && rank[i] == len(givers) {
+			rank[i] = r
+		}
+	}
+	visit := make([]int, len(all))
+	for k := range visit {
+		visit[k] = k
+	}
+	if len(givers) > 0 {
+		slices.SortStableFunc(visit, func(a, b int) int {
+			ra, rb := len(givers), len(givers)
+			if owner[a] >= 0 {
+				ra = rank[owner[a]]
+			}
+			if owner[b] >= 0 {
+				rb = rank[owner[b]]
+			}
+			return ra - rb
+		})
+	}
 	fewest := func() int {
 		m := int(^uint(0) >> 1)
 		for _, c := range count {
@@ -159,7 +195,7 @@ func assignUniform(subs map[string][]string, prev map[string]map[TP]struct{}, im
 	for range len(all) * (len(ids) + 1) {
 		moved := false
 		floor := fewest()
-		for k := range all {
+		for _, k := range visit {
 			from := owner[k]
 			if from < 0 || count[from]-1 <= floor {
 				continue

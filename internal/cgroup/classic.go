@@ -434,7 +434,7 @@ func (g *Group) ClassicJoin(now time.Time, im *Image, in ClassicJoinInput) (Clas
 	if changed && g.targetEpoch == g.epoch {
 		g.bump(&out, "member "+m.id+" changed its subscription")
 	}
-	g.maybeAssign(im, &out)
+	g.maybeAssign(now, m.id, im, &out)
 	owned := map[TP]struct{}{}
 	for _, t := range sub.OwnedPartitions {
 		topic, ok := im.ByName(t.Topic)
@@ -592,7 +592,7 @@ func (g *Group) ClassicLeave(now time.Time, im *Image, leavers []ClassicLeaver) 
 		g.remove(m, &out, "member left", "left the group through LeaveGroup")
 	}
 	if out.Persist {
-		g.maybeAssign(im, &out)
+		g.maybeAssign(now, "", im, &out)
 	}
 	return codes, out
 }

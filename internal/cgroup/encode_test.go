@@ -114,10 +114,10 @@ func BenchmarkAssignJoin100(b *testing.B) {
 	for i := range 99 {
 		subs[fmt.Sprintf("member-%d", i)] = []string{"a"}
 	}
-	prev := assignUniform(subs, nil, im)
+	prev := assignUniform(subs, nil, nil, im)
 	subs["member-99"] = []string{"a"}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = assignUniform(subs, prev, im)
+		_ = assignUniform(subs, prev, nil, im)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -248,7 +249,7 @@ func (g *Group) Expire(now time.Time, im *Image) Output {
 		}
 	}
 	if out.Persist {
-		g.maybeAssign(im, &out)
+		g.maybeAssign(now, "", im, &out)
 	}
 	return out
 }
@@ -333,7 +334,8 @@ func (g *Group) subscriptionHash(im *Image) uint64 {
 
 // maybeAssign bumps the group epoch when the subscribed topics changed and
 // computes a new target assignment when the group epoch moved past it.
-func (g *Group) maybeAssign(im *Image, out *Output) {
+// heard is the member whose request is being handled ("" for none).
+func (g *Group) maybeAssign(now time.Time, heard string, im *Image, out *Output) {
 	// Every change of a member or its subscription bumps the epoch, so the
 	// hash can only differ from the last one computed when the image or
 	// the epoch did.
@@ -361,9 +363,49 @@ func (g *Group) maybeAssign(im *Image, out *Output) {
 			prev[id] = t
 		}
 	}
-	g.target = assign(g.assignorName(), subs, prev, im)
+	g.target = assign(g.assignorName(), subs, prev, g.givers(now, heard), im)
 	g.targetEpoch = g.epoch
 	out.Persist = true
+}
+
+// givers orders the members for the assignor to take partitions from
+// first (assignUniform): heard, the member whose request is being handled,
+// which learns what it must give up in this very answer; then the members
+// heard from within two heartbeat intervals, the one heard from longest
+// ago first, since its next heartbeat is due soonest. A member not heard
+// from for longer may be gone, one that left for now (a static member)
+// will not heartbeat before it is back, and a classic member gives up
+// partitions only through a rejoin and a sync: they are not listed, so
+// partitions are taken from them last.
+func (g *Group) givers(now time.Time, heard string) []string {
+	type seen struct {
+		id string
+		at time.Time
+	}
+	var recent []seen
+	for id, m := range g.members {
+		if id == heard || m.classic != nil || m.epoch == StaticLeaveEpoch || m.sessionDeadline.IsZero() {
+			continue
+		}
+		at := m.sessionDeadline.Add(-g.cfg.SessionTimeout)
+		if now.Sub(at) <= 2*g.cfg.HeartbeatInterval {
+			recent = append(recent, seen{id, at})
+		}
+	}
+	slices.SortFunc(recent, func(a, b seen) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	out := make([]string, 0, len(recent)+1)
+	if _, ok := g.members[heard]; ok {
+		out = append(out, heard)
+	}
+	for _, r := range recent {
+		out = append(out, r.id)
+	}
+	return out
 }
 
 // assignorName is the assignor the group uses: the one most members ask

@@ -132,7 +132,7 @@ func (g *Group) heartbeat(now time.Time, im *Image, in HeartbeatInput) (Heartbea
 			g.bump(&out, "member "+m.id+" changed its subscription")
 		}
 	}
-	g.maybeAssign(im, &out)
+	g.maybeAssign(now, m.id, im, &out)
 	if g.reconcile(m, owned, now) {
 		out.Persist = true
 	}
@@ -319,7 +319,7 @@ func (g *Group) leave(now time.Time, im *Image, in HeartbeatInput) (HeartbeatRes
 		out.event("member left", m.id, StaticLeaveEpoch, "static member left for now")
 	} else {
 		g.remove(m, &out, "member left", "left the group")
-		g.maybeAssign(im, &out)
+		g.maybeAssign(now, "", im, &out)
 	}
 	// No heartbeat interval: the member is gone (Kafka answers 0).
 	return HeartbeatResult{MemberID: in.MemberID, MemberEpoch: in.MemberEpoch}, out

@@ -671,3 +671,104 @@ func TestAssignorsIgnoreRacksAsKafkaDoes(t *testing.T) {
 		}
 	}
 }
+
+// settled joins ids to topic a and heartbeats each as its client would,
+// owning what it was last told, until the group is Stable; it returns
+// each member's last answer.
+func (f *fixture) settled(ids ...string) map[string]HeartbeatResult {
+	f.t.Helper()
+	last := map[string]HeartbeatResult{}
+	for _, id := range ids {
+		last[id] = f.ok(f.joinIn(id, "a"))
+	}
+	for range 10 {
+		for _, id := range ids {
+			r := last[id]
+			r2 := f.ok(steady(id, r.MemberEpoch, r.Assignment))
+			if !r2.HasAssignment {
+				r2.Assignment = r.Assignment
+			}
+			last[id] = r2
+		}
+		if f.g.State() == "Stable" {
+			return last
+		}
+	}
+	f.t.Fatalf("group not Stable: %s", f.g.State())
+	return nil
+}
+
+// TestJoinTakesFromTheMemberDueSoonest: when a member joins a balanced
+// group and the assignor may take its share from any of several members,
+// it takes it from the member heard from longest ago, whose next heartbeat
+// is due soonest, so that the newcomer waits the least for the partition
+// to be released; a member not heard from within two heartbeat intervals
+// is taken from last. The assignor took from the owner of the first
+// partition, whenever that member would next heartbeat.
+func TestJoinTakesFromTheMemberDueSoonest(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// ago is how long before the join each member was last heard
+		// from, by its place among the members sorted so that the owner
+		// of a-0 is first; want is the place of the member that must
+		// give a partition up.
+		ago  [3]time.Duration
+		want int
+	}{
+		{"heard from longest ago", [3]time.Duration{time.Second, 3 * time.Second, 2 * time.Second}, 1},
+		{"overdue member last", [3]time.Duration{11 * time.Second, 2 * time.Second, 4 * time.Second}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			last := f.settled("m-a", "m-b", "m-c")
+			ids := []string{"m-a", "m-b", "m-c"}
+			owner := func(p int32) string {
+				for id, tps := range f.g.target {
+					if _, ok := tps[TP{topicA, p}]; ok {
+						return id
+					}
+				}
+				return ""
+			}
+			first := owner(0)
+			slices.SortStableFunc(ids, func(a, b string) int {
+				if a == first {
+					return -1
+				}
+				if b == first {
+					return 1
+				}
+				return 0
+			})
+			// Heard from in order of ago, longest first, then the join.
+			start := f.now.Add(20 * time.Second)
+			order := []int{0, 1, 2}
+			slices.SortFunc(order, func(a, b int) int { return int(tc.ago[b] - tc.ago[a]) })
+			join := start.Add(tc.ago[order[0]])
+			for _, k := range order {
+				id := ids[k]
+				f.now = join.Add(-tc.ago[k])
+				r := last[id]
+				f.ok(steady(id, r.MemberEpoch, r.Assignment))
+			}
+			f.now = join
+			f.ok(f.joinIn("m-d", "a"))
+			for k, id := range ids {
+				got := len(f.g.target[id])
+				if want := 2 - btoi(k == tc.want); got != want {
+					t.Errorf("%s (heard from %s before the join) keeps %d partitions, want %d; target %v", id, tc.ago[k], got, want, f.g.target)
+				}
+			}
+			if n := len(f.g.target["m-d"]); n != 1 {
+				t.Errorf("the newcomer's share is %d partitions, want 1", n)
+			}
+		})
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
