@@ -153,13 +153,8 @@ func assignUniform(subs map[string][]string, prev map[string]map[TP]struct{}, gi
 			count[i]++
 		}
 	}
-	// Balance: move a partition from a member to an eligible one with at
-	// least two fewer, until none can move (each move lowers the sum of
-	// squares, so this ends). A partition whose owner has at most one more
-	// than the fewest any member has cannot move: the scan of the members
-	// is skipped for it (the common case once balanced).
-	// The order the balancing visits partitions in: by their owner's place
-	// in givers, then by index.
+	// The order the balancing below visits partitions in: by their owner's
+	// place in givers, then by index.
 	rank := make([]int, len(ids))
 	for i := range rank {
 		rank[i] = len(givers)
@@ -185,6 +180,11 @@ func assignUniform(subs map[string][]string, prev map[string]map[TP]struct{}, gi
 			return ra - rb
 		})
 	}
+	// Balance: move a partition from a member to an eligible one with at
+	// least two fewer, until none can move (each move lowers the sum of
+	// squares, so this ends). A partition whose owner has at most one more
+	// than the fewest any member has cannot move: the scan of the members
+	// is skipped for it (the common case once balanced).
 	fewest := func() int {
 		m := int(^uint(0) >> 1)
 		for _, c := range count {
