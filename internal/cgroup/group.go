@@ -370,7 +370,8 @@ func (g *Group) maybeAssign(now time.Time, heard string, im *Image, out *Output)
 
 // givers orders the members for the assignor to take partitions from
 // first (assignUniform): heard, the member whose request is being handled,
-// which learns what it must give up in this very answer; then the members
+// which learns what it must give up in this very answer (a classic member
+// in its JoinGroup: in the SyncGroup of the round it is in); then the members
 // heard from within two heartbeat intervals, the one heard from longest
 // ago first, since its next heartbeat is due soonest. A member not heard
 // from for longer may be gone, one that left for now (a static member)
