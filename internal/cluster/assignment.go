@@ -76,7 +76,25 @@ type Assignment struct {
 	Brokers           []BrokerRow    `json:"brokers"`
 	Partitions        []PartitionRow `json:"partitions"`
 	ConsumerGroups    []GroupRow     `json:"consumerGroups,omitempty"`
+	// Removed lists the brokers removed on purpose (remove-broker), with
+	// the process incarnation they had: every later controller reads it
+	// here, so a removed broker stays removed through controller changes
+	// and restarts, and a late report of that process is not a return. A
+	// new process with the id (another incarnation) that reports alive
+	// joins again and leaves the list.
+	Removed []RemovedRow `json:"removed,omitempty"`
 }
+
+// RemovedRow is a broker removed from the cluster on purpose.
+type RemovedRow struct {
+	ID          string    `json:"id"`
+	Incarnation string    `json:"incarnation,omitempty"`
+	At          time.Time `json:"at"`
+}
+
+// maxRemoved bounds Assignment.Removed: the oldest removals are forgotten
+// first (their processes are long gone).
+const maxRemoved = 256
 
 // Newer reports whether a is a later assignment than b: a higher controller
 // epoch, or the same epoch and a higher version.
@@ -191,5 +209,6 @@ func (a *Assignment) clone() *Assignment {
 	c.Brokers = append([]BrokerRow(nil), a.Brokers...)
 	c.Partitions = append([]PartitionRow(nil), a.Partitions...)
 	c.ConsumerGroups = append([]GroupRow(nil), a.ConsumerGroups...)
+	c.Removed = append([]RemovedRow(nil), a.Removed...)
 	return &c
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"slices"
 	"sort"
 	"time"
 
@@ -69,7 +70,8 @@ func Compute(in Inputs) *Assignment {
 		Brokers:         []BrokerRow{},
 		Partitions:      []PartitionRow{},
 	}
-	rows := computeRows(in, prev)
+	rows, removed := computeRows(in, prev)
+	next.Removed = removed
 	for _, r := range rows {
 		next.Brokers = append(next.Brokers, r)
 	}
@@ -91,13 +93,29 @@ func Compute(in Inputs) *Assignment {
 	return next
 }
 
-// computeRows is the broker rows of the next assignment (see Compute).
-func computeRows(in Inputs, prev *Assignment) map[string]BrokerRow {
+// computeRows is the broker rows of the next assignment, and its list of
+// removed brokers (see Compute).
+func computeRows(in Inputs, prev *Assignment) (map[string]BrokerRow, []RemovedRow) {
 	rows := map[string]BrokerRow{}
 	for _, r := range prev.Brokers {
 		rows[r.ID] = r
 	}
+	removedInc := map[string]string{}
+	for _, r := range prev.Removed {
+		removedInc[r.ID] = r.Incarnation
+	}
+	rejoined := map[string]bool{}
 	for id, o := range in.Brokers {
+		if inc, gone := removedInc[id]; gone {
+			_, hasRow := rows[id]
+			// A removed broker's last report (held by any broker that
+			// becomes controller) or a late report of that process is not
+			// a return: only another process with the id, alive, is.
+			if !hasRow && (o.Health != Alive || o.Report.Incarnation == inc) {
+				continue
+			}
+			rejoined[id] = true
+		}
 		row, existed := rows[id]
 		row.ID, row.NodeID = id, o.Report.NodeID
 		row.Host, row.Port, row.Rack = o.Report.Host, o.Report.Port, o.Report.Rack
@@ -119,11 +137,29 @@ func computeRows(in Inputs, prev *Assignment) map[string]BrokerRow {
 			row.Health = Dead
 			rows[id] = row
 		}
-		if in.Removed[id] && row.Health != Alive {
-			delete(rows, id)
+	}
+	var removed []RemovedRow
+	for _, r := range prev.Removed {
+		if !rejoined[r.ID] {
+			removed = append(removed, r)
 		}
 	}
-	return rows
+	for id, row := range rows {
+		if in.Removed[id] && row.Health != Alive {
+			delete(rows, id)
+			removed = append(removed, RemovedRow{ID: id, Incarnation: in.Brokers[id].Report.Incarnation, At: in.Now.UTC()})
+		}
+	}
+	sort.SliceStable(removed, func(i, j int) bool {
+		if !removed[i].At.Equal(removed[j].At) {
+			return removed[i].At.Before(removed[j].At)
+		}
+		return removed[i].ID < removed[j].ID
+	})
+	if len(removed) > maxRemoved {
+		removed = removed[len(removed)-maxRemoved:]
+	}
+	return rows, removed
 }
 
 // computePartitions is the partition rows of the next assignment (see
@@ -240,7 +276,7 @@ func computeGroups(in Inputs, prev *Assignment, rows map[string]BrokerRow, alive
 func sameContent(a, b *Assignment) bool {
 	if a.ControllerEpoch != b.ControllerEpoch || a.Controller != b.Controller ||
 		len(a.Brokers) != len(b.Brokers) || len(a.Partitions) != len(b.Partitions) ||
-		len(a.ConsumerGroups) != len(b.ConsumerGroups) {
+		len(a.ConsumerGroups) != len(b.ConsumerGroups) || !slices.Equal(a.Removed, b.Removed) {
 		return false
 	}
 	for i := range a.Brokers {

@@ -280,3 +280,45 @@ func TestGroupHandedOffStaysWhenItsBrokerReturns(t *testing.T) {
 		})
 	}
 }
+
+// Defect: only the controller that removed a broker forgot its last report;
+// the next controller still held it and re-added the row as dead, so the
+// routing divisor went back up and every hashed group moved.
+func TestRemovedBrokerStaysRemovedAfterAControllerChange(t *testing.T) {
+	inc := func(h Health, inc string) Observed { return Observed{Health: h, Report: Report{Incarnation: inc}} }
+	four := map[string]Observed{"kaas-0": inc(Alive, "a"), "kaas-1": inc(Alive, "b"), "kaas-2": inc(Alive, "c"), "kaas-3": inc(Alive, "d")}
+	a := Compute(Inputs{Epoch: 1, Me: "kaas-0", Now: t0, Brokers: four})
+	stopped := map[string]Observed{"kaas-0": inc(Alive, "a"), "kaas-1": inc(Alive, "b"), "kaas-2": inc(Alive, "c"), "kaas-3": inc(Dead, "d")}
+	b := Compute(Inputs{Prev: a, Epoch: 1, Me: "kaas-0", Now: t0, Brokers: stopped, Removed: map[string]bool{"kaas-3": true}})
+	if _, ok := b.Row("kaas-3"); ok || len(b.Brokers) != 3 {
+		t.Fatalf("removal: rows %+v", b.Brokers)
+	}
+	// kaas-1 becomes controller; it still holds kaas-3's last report (and
+	// no removal request: the old controller deleted it).
+	c := Compute(Inputs{Prev: b, Epoch: 2, Me: "kaas-1", Now: t0, Brokers: stopped})
+	if c != nil {
+		if _, ok := c.Row("kaas-3"); ok {
+			t.Fatalf("the next controller re-added the removed broker: rows %+v", c.Brokers)
+		}
+	} else {
+		c = b
+	}
+	// A late report of the removed process (same incarnation, alive) does
+	// not bring it back either.
+	late := map[string]Observed{"kaas-0": inc(Alive, "a"), "kaas-1": inc(Alive, "b"), "kaas-2": inc(Alive, "c"), "kaas-3": inc(Alive, "d")}
+	if d := Compute(Inputs{Prev: c, Epoch: 2, Me: "kaas-1", Now: t0, Brokers: late}); d != nil {
+		if _, ok := d.Row("kaas-3"); ok {
+			t.Fatalf("a late report of the removed process re-added it: rows %+v", d.Brokers)
+		}
+		c = d
+	}
+	// A new process with that id (started on purpose) joins again.
+	back := map[string]Observed{"kaas-0": inc(Alive, "a"), "kaas-1": inc(Alive, "b"), "kaas-2": inc(Alive, "c"), "kaas-3": inc(Alive, "e")}
+	e := Compute(Inputs{Prev: c, Epoch: 2, Me: "kaas-1", Now: t0, Brokers: back})
+	if r, ok := e.Row("kaas-3"); !ok || r.Health != Alive {
+		t.Fatalf("a new kaas-3 process did not join: rows %+v", e.Brokers)
+	}
+	if len(e.Removed) != 0 {
+		t.Fatalf("the rejoined broker is still listed removed: %+v", e.Removed)
+	}
+}
