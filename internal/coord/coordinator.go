@@ -514,6 +514,32 @@ func (c *Coordinator) DeleteOffsets(ctx context.Context, group string, tps []off
 	return refused, nil
 }
 
+// setAside is DeleteGroup of a group whose file cannot be decoded: the file
+// is moved aside, bytes kept, and the group starts over empty
+// (docs/operations.md, "A damaged group file").
+func (c *Coordinator) setAside(group string) error {
+	c.hook("delete-group", group)
+	name, err := c.store.SetAside(group, c.owner(group))
+	if err != nil {
+		return storeErr(group, err)
+	}
+	if name == "" {
+		return ErrLoadInProgress // the file decodes now: the retry deletes it
+	}
+	c.mu.Lock()
+	s := c.groups[group]
+	if s != nil {
+		delete(c.groups, group)
+	}
+	c.mu.Unlock()
+	if s != nil {
+		s.mu.Lock()
+		s.unload()
+		s.mu.Unlock()
+	}
+	return nil
+}
+
 // DeleteGroup deletes an Empty group and its committed offsets, including a
 // group that exists only as an offsets file (trap 2).
 func (c *Coordinator) DeleteGroup(ctx context.Context, group string) error {
@@ -529,6 +555,9 @@ func (c *Coordinator) DeleteGroup(ctx context.Context, group string) error {
 	var s *shell
 	if exists || c.resident(group) != nil {
 		ls, err := c.lockLoaded(group)
+		if errors.Is(err, offsets.ErrCorrupt) {
+			return c.setAside(group)
+		}
 		if err != nil {
 			return err
 		}

@@ -39,6 +39,7 @@ type Broker struct {
 	applyLatency prometheus.Histogram
 	recordsOut   prometheus.Counter
 	generations  *prometheus.CounterVec
+	corrupt      prometheus.Counter
 }
 
 // latencyBuckets span a cached answer (100 µs) to a long poll (30 s).
@@ -86,8 +87,10 @@ func New() *Broker {
 		generations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kaas_group_generations_total",
 			Help: "Rebalances: generations formed by classic groups and group epochs bumped by consumer groups coordinated here (a group loaded after a move is not counted)."},
 			[]string{"type"}),
+		corrupt: prometheus.NewCounter(prometheus.CounterOpts{Name: "kaas_group_files_corrupt_total",
+			Help: "Group files found that cannot be decoded (once per version of a file); DeleteGroups moves one aside (docs/operations.md)."}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.connections, m.refused, m.bytesIn, m.recordsIn, m.bytesOut,
+	for _, c := range []prometheus.Collector{m.corrupt, m.requests, m.latency, m.connections, m.refused, m.bytesIn, m.recordsIn, m.bytesOut,
 		m.durable, m.commits, m.groupMoves, m.groupLoads, m.groupLoad, m.applyLatency, m.recordsOut, m.generations} {
 		f(c)
 	}
@@ -207,6 +210,13 @@ func (m *Broker) GroupLoaded(load time.Duration) {
 	if m != nil {
 		m.groupLoads.Inc()
 		m.groupLoad.Observe(load.Seconds())
+	}
+}
+
+// GroupFileCorrupt records a group file that cannot be decoded.
+func (m *Broker) GroupFileCorrupt(string) {
+	if m != nil {
+		m.corrupt.Inc()
 	}
 }
 

@@ -54,6 +54,7 @@ func TestNilBrokerRecordsNothing(t *testing.T) {
 	m.Durable("log", 0)
 	m.Committed(1)
 	m.GroupLoaded(0)
+	m.GroupFileCorrupt("g")
 	m.GroupsLost(1)
 	m.Applied(0)
 	m.Refused("max.connections")

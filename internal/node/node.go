@@ -110,7 +110,7 @@ func Start(cfg Config) (*Node, error) {
 		}
 		n.admin = a
 	}
-	store, err := offsets.Open(offsets.Options{Dir: volume.OffsetsDir(bc.DataDir), Logger: log})
+	store, err := offsets.Open(offsets.Options{Dir: volume.OffsetsDir(bc.DataDir), Logger: log, OnCorrupt: m.GroupFileCorrupt})
 	if err != nil {
 		n.closeAdmin()
 		return nil, err

@@ -52,7 +52,8 @@ func (s *Store) load(g *groupState) error {
 	}
 	d, err := decodeFile(data)
 	if err != nil {
-		return fmt.Errorf("offsets: decode %q: %w", g.id, err)
+		s.reportCorrupt(g.id, fsutil.VersionOf(fi), err)
+		return fmt.Errorf("offsets: decode %q: %w: %w", g.id, ErrCorrupt, err)
 	}
 	g.st, g.fence, g.onDisk, g.fi, g.loaded, g.txns, g.info = d.st, d.fence, true, fsutil.VersionOf(fi), true, d.txns, d.info
 	g.members = d.members
@@ -63,6 +64,87 @@ func (s *Store) load(g *groupState) error {
 	}
 	g.unstamped = stampMissing(&g.st, g.txns, s.now().UnixMilli())
 	return nil
+}
+
+// reportCorrupt logs a group file that cannot be decoded, and counts it,
+// once per version of the file: every request of the group fails until
+// DeleteGroups moves it aside, and would otherwise log it again.
+func (s *Store) reportCorrupt(group string, v fsutil.Version, err error) {
+	s.mu.Lock()
+	seen, ok := s.corrupt[group]
+	if ok && seen == v {
+		s.mu.Unlock()
+		return
+	}
+	s.corrupt[group] = v
+	s.mu.Unlock()
+	s.log.Error("offsets: group file cannot be decoded; the group answers COORDINATOR_NOT_AVAILABLE until DeleteGroups moves the file aside (docs/operations.md, \"A damaged group file\")",
+		"group", group, "err", err)
+	if s.onCorrupt != nil {
+		s.onCorrupt(group)
+	}
+}
+
+// SetAside moves the group's file aside as <file>.corrupt-<UTC time>, bytes
+// kept, when it cannot be decoded, so that the group starts over empty
+// (DeleteGroups of a damaged group). own is granted as for a write, and
+// again just before the rename. It returns the new name, or "" when there
+// was nothing to move: no file, or a file that decodes now.
+func (s *Store) SetAside(group string, own Owner) (string, error) {
+	if err := validGroup(group); err != nil {
+		return "", err
+	}
+	for {
+		g, err := s.handle(group)
+		if err != nil {
+			return "", err
+		}
+		g.mu.Lock()
+		if g.evicted {
+			g.mu.Unlock()
+			continue
+		}
+		name, err := s.setAside(g, own)
+		g.mu.Unlock()
+		return name, err
+	}
+}
+
+// setAside is SetAside with g.mu held.
+func (s *Store) setAside(g *groupState, own Owner) (string, error) {
+	if _, err := grant(own); err != nil {
+		s.forget(g, false)
+		return "", err
+	}
+	data, _, err := s.fs.ReadFile(g.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("offsets: read %q: %w", g.id, err)
+	}
+	if _, err := decodeFile(data); err == nil {
+		return "", nil
+	}
+	if _, err := grant(own); err != nil {
+		return "", err
+	}
+	aside := g.path + ".corrupt-" + s.now().UTC().Format("20060102T150405.000Z")
+	if err := s.fs.Rename(g.path, aside); err != nil {
+		return "", fmt.Errorf("offsets: move %q aside: %w", g.id, err)
+	}
+	if !s.noSync {
+		if err := s.dirf.Sync(); err != nil {
+			return "", fmt.Errorf("offsets: move %q aside: sync dir: %w", g.id, err)
+		}
+	}
+	g.st, g.fence, g.onDisk, g.fi, g.loaded, g.txns, g.info, g.unstamped = state{}, Fence{}, false, fsutil.Version{}, true, nil, Retention{}, false
+	g.members = nil
+	s.mu.Lock()
+	delete(s.corrupt, g.id)
+	s.mu.Unlock()
+	s.log.Warn("offsets: damaged group file moved aside; the group starts over", "group", g.id, "file", filepath.Base(aside))
+	return filepath.Base(aside), nil
 }
 
 var bufPool = sync.Pool{New: func() any { return new([]byte) }}

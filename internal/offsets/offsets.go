@@ -71,6 +71,10 @@ var (
 	ErrInvalidTopic = errors.New("offsets: invalid topic or partition")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("offsets: store closed")
+	// ErrCorrupt: the group's file cannot be decoded (torn or damaged). The
+	// group answers nothing until DeleteGroups moves the file aside
+	// (SetAside, docs/operations.md).
+	ErrCorrupt = errors.New("offsets: group file cannot be decoded")
 )
 
 // Options configures a Store.
@@ -80,6 +84,9 @@ type Options struct {
 	NoSync bool         // skip fsync (benchmarks and tests on tmpfs-like paths only)
 	// Now is the clock of commit timestamps given by the store; nil: time.Now.
 	Now func() time.Time
+	// OnCorrupt is called once per damaged group file (per version of
+	// it) that a read could not decode; nil: nothing.
+	OnCorrupt func(group string)
 
 	fs fileSystem // nil: the real file system; tests inject a failing twin
 }
@@ -102,9 +109,12 @@ type Store struct {
 	// while the store is open (track).
 	writes sync.WaitGroup
 
-	mu     sync.Mutex             // guards groups and closed
-	groups map[string]*groupState // resident and in-flight groups
-	closed bool
+	onCorrupt func(group string)
+
+	mu      sync.Mutex                // guards groups, corrupt and closed
+	groups  map[string]*groupState    // resident and in-flight groups
+	corrupt map[string]fsutil.Version // damaged files reported, by group
+	closed  bool
 }
 
 // groupState is one group's handle.
@@ -143,7 +153,8 @@ func Open(o Options) (*Store, error) {
 	if o.Dir == "" {
 		return nil, errors.New("offsets: Options.Dir is empty")
 	}
-	s := &Store{dir: o.Dir, log: o.Logger, noSync: o.NoSync, fs: o.fs, clock: o.Now, groups: map[string]*groupState{}}
+	s := &Store{dir: o.Dir, log: o.Logger, noSync: o.NoSync, fs: o.fs, clock: o.Now, groups: map[string]*groupState{},
+		onCorrupt: o.OnCorrupt, corrupt: map[string]fsutil.Version{}}
 	if s.clock == nil {
 		s.clock = time.Now
 	}

@@ -318,7 +318,7 @@ func (s *Store) readDecoded(path string) (decoded, error) {
 	}
 	d, err := decodeFile(data)
 	if err != nil {
-		return decoded{}, fmt.Errorf("offsets: decode %s: %w", filepath.Base(path), err)
+		return decoded{}, fmt.Errorf("offsets: decode %s: %w: %w", filepath.Base(path), ErrCorrupt, err)
 	}
 	return d, nil
 }

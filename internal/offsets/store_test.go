@@ -526,3 +526,37 @@ func TestMemoryPerOffset(t *testing.T) {
 	}
 	runtime.KeepAlive(offs)
 }
+
+// A damaged group file is reported once per version of it, however many
+// requests read it; moving it aside lets the group start over.
+func TestCorruptGroupFileIsReportedOnce(t *testing.T) {
+	dir := t.TempDir()
+	var reports []string
+	s, err := Open(Options{Dir: dir, OnCorrupt: func(g string) { reports = append(reports, g) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := os.WriteFile(filepath.Join(dir, FileName("g")), []byte(`{"version":1,"offsets":[`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := s.Load("g", nil); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("load: %v", err)
+		}
+		s.Evict("g")
+	}
+	if len(reports) != 1 {
+		t.Fatalf("reported %d times: %v", len(reports), reports)
+	}
+	name, err := s.SetAside("g", nil)
+	if err != nil || !strings.HasPrefix(name, FileName("g")+".corrupt-") {
+		t.Fatalf("set aside: %q %v", name, err)
+	}
+	if got, err := s.Load("g", nil); err != nil || len(got) != 0 {
+		t.Fatalf("load after set aside: %v %v", got, err)
+	}
+	if name, err := s.SetAside("g", nil); name != "" || err != nil {
+		t.Fatalf("second set aside: %q %v", name, err)
+	}
+}
