@@ -84,6 +84,9 @@ type Config struct {
 	// Coordinator coordinates consumer groups; required. Its maker (node)
 	// closes it after the broker.
 	Coordinator *coord.Coordinator
+	// Writes counts the transaction file writes in flight (with the
+	// offsets store's group file writes; cluster.Config.Writes); nil: none.
+	Writes *fsutil.Writes
 	// Metrics records requests, connections and durable writes; nil
 	// records nothing.
 	Metrics *metrics.Broker
@@ -270,7 +273,7 @@ func New(cfg Config) (*Broker, error) {
 	b.txn, err = txn.New(txn.Config{
 		Me: volume.BrokerName(cfg.ID), Dir: volume.TransactionsDir(cfg.DataDir),
 		Logger: log, Grant: b.coord.GrantTxn,
-		NewProducerID: b.pids.next, Markers: b, Now: cfg.Now,
+		NewProducerID: b.pids.next, Markers: b, Now: cfg.Now, Writes: cfg.Writes,
 	})
 	if err != nil {
 		cancel()
@@ -344,6 +347,7 @@ func (b *Broker) housekeeping() {
 	defer offsetsRetention.Stop()
 	refresh := time.NewTicker(time.Second)
 	defer refresh.Stop()
+	b.cleanTemp()
 	for {
 		select {
 		case <-b.ctx.Done():
@@ -362,12 +366,28 @@ func (b *Broker) housekeeping() {
 			b.applyTopicConfigs()
 		case <-offsetsRetention.C:
 			b.coord.ExpireOffsets(b.ctx)
+			b.cleanTemp()
 		case <-retention.C:
 			b.enforceRetention()
 			if n := b.coord.EvictIdle(idleGroupEviction); n > 0 {
 				b.log.Debug("idle groups evicted from memory", "groups", n)
 			}
 		}
+	}
+}
+
+// tempAge is how old a group file's temp file must be to be a crashed
+// writer's: a live write keeps one for the time of a write and an fsync.
+const tempAge = time.Hour
+
+// cleanTemp removes the group files' temp files that crashed writers left.
+func (b *Broker) cleanTemp() {
+	n, err := b.coord.CleanTemp(b.ctx, tempAge)
+	if err != nil && b.ctx.Err() == nil {
+		b.log.Warn("removing temp files left by crashed writers failed", "err", err)
+	}
+	if n > 0 {
+		b.log.Info("removed temp files left by crashed writers", "files", n, "older_than", tempAge)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kaas-dev/kaas/internal/fsutil"
 	"github.com/kaas-dev/kaas/internal/volume"
 )
 
@@ -45,6 +46,12 @@ type Report struct {
 	// has applied the move (see docs/cluster.md, "Hand-off").
 	AppliedEpoch   int64 `json:"appliedEpoch,omitempty"`
 	AppliedVersion int64 `json:"appliedVersion,omitempty"`
+	// Writing is the oldest assignment under which a write of this
+	// broker's to a group or transaction file is in flight (nil: none). A
+	// rename cannot be refused and a volume may hold one for seconds: a
+	// broker gaining a group waits until no broker that may write it
+	// under an older assignment has such a write in flight.
+	Writing *fsutil.Stamp `json:"writing,omitempty"`
 	// KnownEpoch is the highest controller epoch this broker knows: a
 	// controller that hears of a higher one stops controlling at once.
 	KnownEpoch int64 `json:"knownEpoch,omitempty"`

@@ -50,6 +50,11 @@ type Config struct {
 	// ActiveGroups lists the groups this broker coordinates and that are in
 	// use; reported to the controller for group balancing.
 	ActiveGroups func() []string
+	// Writes counts this broker's group and transaction file writes in
+	// flight; the reports carry the oldest (Report.Writing), sent at once
+	// when it changes, and a write in flight for longer than StallLimit
+	// silences the reports as a stalled loop does. nil: none counted.
+	Writes *fsutil.Writes
 }
 
 func (c *Config) setDefaults() {
@@ -104,6 +109,9 @@ type Runtime struct {
 	// read by request goroutines (Fresh, Settled).
 	fresh   atomic.Pointer[time.Time]
 	applied atomic.Pointer[map[string]appliedStamp]
+	// written is signalled when the oldest write in flight changed: the
+	// heartbeat sends a report at once.
+	written chan struct{}
 	paused  atomic.Bool // Pause in progress: the cluster listener answers nothing
 
 	peers *peers // nil without ClusterListen
@@ -162,7 +170,14 @@ func New(cfg Config) (*Runtime, error) {
 		pause:       make(chan time.Duration, 1),
 		done:        make(chan struct{}),
 		beat:        make(chan struct{}),
+		written:     make(chan struct{}, 1),
 	}
+	cfg.Writes.OnChange(func() {
+		select {
+		case r.written <- struct{}{}:
+		default:
+		}
+	})
 	r.state.Store(StateRunning)
 	cfg.Volume = loopVolume{Volume: cfg.Volume, progress: &r.progress}
 	r.cfg.Volume = cfg.Volume
@@ -601,17 +616,41 @@ func (r *Runtime) othersAlive() int {
 	return n
 }
 
-// appliedStamp is the assignment a broker reports acting on.
-type appliedStamp struct{ epoch, version int64 }
+// appliedStamp is the assignment a broker reports acting on, and the
+// oldest one under which it reports a write in flight.
+type appliedStamp struct {
+	epoch, version int64
+	writing        *fsutil.Stamp
+}
 
 // publishApplied makes the reported applied assignments readable by
 // Settled. Runs on the loop goroutine.
 func (r *Runtime) publishApplied() {
 	m := make(map[string]appliedStamp, len(r.watch.last))
 	for id, rep := range r.watch.last {
-		m[id] = appliedStamp{rep.AppliedEpoch, rep.AppliedVersion}
+		m[id] = appliedStamp{rep.AppliedEpoch, rep.AppliedVersion, rep.Writing}
 	}
 	r.applied.Store(&m)
+}
+
+// writing is the oldest assignment a write of this broker's in flight was
+// granted under, for the reports.
+func (r *Runtime) writing() *fsutil.Stamp {
+	if s, ok := r.cfg.Writes.Oldest(); ok {
+		return &s
+	}
+	return nil
+}
+
+// stalledFor is how long the loop has been waiting on one volume call, or
+// the oldest group or transaction write in flight has been, whichever is
+// longer, and which.
+func (r *Runtime) stalledFor(now time.Time) (time.Duration, string) {
+	wait, what := now.Sub(*r.progress.Load()), "cluster loop"
+	if since, ok := r.cfg.Writes.Since(); ok && now.Sub(since) > wait {
+		wait, what = now.Sub(since), "a group or transaction file write"
+	}
+	return wait, what
 }
 
 // Fresh reports whether this broker's view of the cluster is recent enough
@@ -630,8 +669,17 @@ func (r *Runtime) Fresh() bool {
 // Settled reports whether every broker that may still act on an assignment
 // older than a has applied a or a newer one: every row of the newest
 // assignment that is not dead, other than this broker, reports an applied
-// assignment no older than a.
-func (r *Runtime) Settled(a *Assignment) bool {
+// assignment no older than a, and no write in flight granted under an
+// older one.
+func (r *Runtime) Settled(a *Assignment) bool { return r.SettledOrLapsed(a, false) }
+
+// SettledOrLapsed is Settled, where with lapsed a row that has not
+// reported applying a counts too, unless it reports a write in flight
+// granted under an older assignment: a was applied here long enough ago
+// that a broker that has not applied it is no longer Fresh and starts no
+// write (coord.Config.SettleTimeout); a write it had started is waited
+// for until it returns or the broker is declared dead.
+func (r *Runtime) SettledOrLapsed(a *Assignment, lapsed bool) bool {
 	cur := r.current.Load()
 	if cur == nil {
 		return false
@@ -646,9 +694,16 @@ func (r *Runtime) Settled(a *Assignment) bool {
 		}
 		st, ok := (*mp)[row.ID]
 		if !ok {
+			if lapsed {
+				continue
+			}
 			return false
 		}
-		if st.epoch < a.ControllerEpoch || (st.epoch == a.ControllerEpoch && st.version < a.AssignmentVersion) {
+		stamp := fsutil.Stamp{Epoch: a.ControllerEpoch, Version: a.AssignmentVersion}
+		if st.writing != nil && st.writing.Less(stamp) {
+			return false
+		}
+		if !lapsed && (fsutil.Stamp{Epoch: st.epoch, Version: st.version}).Less(stamp) {
 			return false
 		}
 	}
@@ -672,6 +727,7 @@ func (r *Runtime) report(now time.Time) error {
 	if a := r.current.Load(); a != nil {
 		rep.AppliedEpoch, rep.AppliedVersion = a.ControllerEpoch, a.AssignmentVersion
 	}
+	rep.Writing = r.writing()
 	rep.KnownEpoch, rep.Leader = r.known.Load(), r.leader.Load()
 	if r.peers != nil {
 		rep.ClusterAddr = r.peers.Addr()
@@ -713,43 +769,47 @@ func (r *Runtime) heartbeat(ctx context.Context) {
 	defer t.Stop()
 	stalled := false
 	for {
+		now, prompt := time.Time{}, false
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
-			if r.paused.Load() {
-				continue
-			}
-			if wait := now.Sub(*r.progress.Load()); wait > r.cfg.StallLimit {
-				if !stalled {
-					r.log.Error("cluster loop waiting on the volume for longer than the stall limit; no longer reporting alive",
-						"waiting", wait.Round(time.Millisecond), "stall_limit", r.cfg.StallLimit)
-					stalled = true
-				}
-				continue
-			}
-			if stalled {
-				r.log.Info("cluster loop running again; reporting alive")
-				stalled = false
-			}
-			r.updateFresh(now)
-			if last := r.sentAt.Load(); last != nil && now.Sub(*last) < r.cfg.ReportInterval {
-				continue
-			}
-			r.repMu.Lock()
-			if r.lastRep == nil {
-				r.repMu.Unlock()
-				continue
-			}
-			rep := *r.lastRep
-			r.seq++
-			rep.Seq, rep.At = r.seq, now.UTC()
-			// What the broker knows of the controller role is current
-			// (atomics); the rest is the loop's last word.
-			rep.KnownEpoch, rep.Leader = r.known.Load(), r.leader.Load()
-			r.repMu.Unlock()
-			r.send(rep, now)
+		case now = <-t.C:
+		case <-r.written:
+			now, prompt = time.Now(), true
 		}
+		if r.paused.Load() {
+			continue
+		}
+		if wait, what := r.stalledFor(now); wait > r.cfg.StallLimit {
+			if !stalled {
+				r.log.Error(what+" waiting on the volume for longer than the stall limit; no longer reporting alive",
+					"waiting", wait.Round(time.Millisecond), "stall_limit", r.cfg.StallLimit)
+				stalled = true
+			}
+			continue
+		}
+		if stalled {
+			r.log.Info("volume calls returning again; reporting alive")
+			stalled = false
+		}
+		r.updateFresh(now)
+		if last := r.sentAt.Load(); !prompt && last != nil && now.Sub(*last) < r.cfg.ReportInterval {
+			continue
+		}
+		r.repMu.Lock()
+		if r.lastRep == nil {
+			r.repMu.Unlock()
+			continue
+		}
+		rep := *r.lastRep
+		r.seq++
+		rep.Seq, rep.At = r.seq, now.UTC()
+		// What the broker knows of the controller role and its writes
+		// in flight is current; the rest is the loop's last word.
+		rep.KnownEpoch, rep.Leader = r.known.Load(), r.leader.Load()
+		rep.Writing = r.writing()
+		r.repMu.Unlock()
+		r.send(rep, now)
 	}
 }
 

@@ -71,13 +71,15 @@ type Config struct {
 	Fresh func() bool
 	// Settled reports whether every broker that may still act on an
 	// assignment older than a (every row of the newest assignment that is
-	// not dead) has applied a or a newer one (cluster.Runtime.Settled). A
-	// group that moved here is served only once every assignment that
-	// routes it elsewhere is settled. nil: always settled.
-	Settled func(a *cluster.Assignment) bool
-	// SettleTimeout bounds the wait for Settled: an assignment applied
-	// this long ago counts as settled (a broker that reports but does not
-	// apply assignments for that long is no longer Fresh). 0: no bound.
+	// not dead) has applied a or a newer one, and has no write granted
+	// under an older one in flight (cluster.Runtime.Settled). A group that
+	// moved here is served only once every assignment that routes it
+	// elsewhere is settled. lapsed: a was applied here SettleTimeout ago;
+	// a broker that has not applied it by then is no longer Fresh and
+	// writes nothing new, so only its writes in flight are waited for.
+	// nil: always settled.
+	Settled func(a *cluster.Assignment, lapsed bool) bool
+	// SettleTimeout: see Settled. 0: never lapsed.
 	SettleTimeout time.Duration
 	// Metrics records group loads and moves; nil records nothing.
 	Metrics *metrics.Broker
@@ -297,7 +299,7 @@ func (c *Coordinator) grantBy(key string, route func(Source, string) (Broker, bo
 		return offsets.Fence{}, ErrNotCoordinator
 	}
 	if c.cfg.Fresh != nil && !c.cfg.Fresh() {
-		return offsets.Fence{}, ErrNotCoordinator
+		return offsets.Fence{}, fmt.Errorf("%w: %w", ErrNotCoordinator, offsets.ErrNotFresh)
 	}
 	if t, ok := src.(*Table); ok && !c.released(key, t, route) {
 		return offsets.Fence{}, ErrLoadInProgress
@@ -345,7 +347,8 @@ func (c *Coordinator) settle() {
 	now := c.cfg.Now()
 	for i := len(c.recent) - 1; i > 0; i-- {
 		t := c.recent[i]
-		if c.cfg.Settled == nil || c.cfg.Settled(t.a) || (c.cfg.SettleTimeout > 0 && now.Sub(t.applied) >= c.cfg.SettleTimeout) {
+		lapsed := c.cfg.SettleTimeout > 0 && now.Sub(t.applied) >= c.cfg.SettleTimeout
+		if c.cfg.Settled == nil || c.cfg.Settled(t.a, lapsed) {
 			c.recent = append([]*Table(nil), c.recent[i:]...)
 			return
 		}
@@ -729,6 +732,13 @@ func (c *Coordinator) Apply(prev, next *cluster.Assignment) {
 				"epoch", next.ControllerEpoch, "version", next.AssignmentVersion)
 		}
 	}
+}
+
+// CleanTemp removes the temp files that crashed writers (of any broker)
+// left in the offsets directory more than age ago; it returns how many.
+// It reads the directory: for housekeeping, not request paths.
+func (c *Coordinator) CleanTemp(ctx context.Context, age time.Duration) (int, error) {
+	return c.store.CleanTemp(ctx, age)
 }
 
 // Stats lists the resident groups' types, states and member counts, for

@@ -592,7 +592,7 @@ type swapRig struct {
 func newSwapRig(t *testing.T, dir string, n int, cfg func(*Config)) *swapRig {
 	r := &swapRig{applied: make([]atomic.Int64, n), fresh: make([]atomic.Bool, n), frozen: map[int]chan struct{}{},
 		pending: make([]atomic.Bool, n), caught: make(chan struct{}, 1)}
-	settled := func(a *cluster.Assignment) bool {
+	settled := func(a *cluster.Assignment, _ bool) bool {
 		newest := r.newest.Load()
 		for i := range r.applied {
 			if newest != nil {

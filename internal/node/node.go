@@ -72,7 +72,10 @@ type Node struct {
 	served  chan error
 	stopped atomic.Bool
 	store   *offsets.Store
-	admin   *admin.Server // nil without AdminListen
+	writes  *fsutil.Writes
+	// stallLimit bounds the wait for writes in flight at shutdown.
+	stallLimit time.Duration
+	admin      *admin.Server // nil without AdminListen
 	// serving: clients are served and the broker is not draining (/readyz).
 	serving atomic.Bool
 }
@@ -110,7 +113,12 @@ func Start(cfg Config) (*Node, error) {
 		}
 		n.admin = a
 	}
-	store, err := offsets.Open(offsets.Options{Dir: volume.OffsetsDir(bc.DataDir), Logger: log, OnCorrupt: m.GroupFileCorrupt})
+	// The group and transaction file writes in flight, by the assignment
+	// they were granted under: the liveness reports carry the oldest, and
+	// the brokers gaining a group wait for them (docs/cluster.md, "Hand-off").
+	writes := fsutil.NewWrites()
+	bc.Writes = writes
+	store, err := offsets.Open(offsets.Options{Dir: volume.OffsetsDir(bc.DataDir), Logger: log, OnCorrupt: m.GroupFileCorrupt, Writes: writes})
 	if err != nil {
 		n.closeAdmin()
 		return nil, err
@@ -136,9 +144,9 @@ func Start(cfg Config) (*Node, error) {
 			rt := rtp.Load()
 			return rt != nil && rt.Fresh()
 		},
-		Settled: func(a *cluster.Assignment) bool {
+		Settled: func(a *cluster.Assignment, lapsed bool) bool {
 			rt := rtp.Load()
-			return rt != nil && rt.Settled(a)
+			return rt != nil && rt.SettledOrLapsed(a, lapsed)
 		},
 		SettleTimeout: deadAfter, Metrics: m})
 	bc.Coordinator = co
@@ -183,7 +191,7 @@ func Start(cfg Config) (*Node, error) {
 	rt, err = cluster.New(cluster.Config{ClusterListen: clusterListen,
 		DataDir: bc.DataDir, ID: Name(bc.ID), NodeID: bc.ID, Host: host, Port: int32(port), Rack: bc.Rack,
 		ReportInterval: cfg.ReportInterval, DeadAfter: cfg.DeadAfter, PollInterval: cfg.PollInterval, StallLimit: cfg.StallLimit,
-		Elector: cfg.Elector, Logger: log, ActiveGroups: co.ActiveGroups,
+		Elector: cfg.Elector, Logger: log, ActiveGroups: co.ActiveGroups, Writes: writes,
 		Topics: func() []cluster.TopicInfo {
 			if err := b.Topics().Refresh(); err != nil {
 				log.Warn("topic registry refresh failed", "err", err)
@@ -211,7 +219,11 @@ func Start(cfg Config) (*Node, error) {
 		b.AssignmentChanged()
 		m.Applied(time.Since(start))
 	})
-	n.Broker, n.Runtime, n.store = b, rt, store
+	n.Broker, n.Runtime, n.store, n.writes = b, rt, store, writes
+	n.stallLimit = cfg.StallLimit
+	if n.stallLimit <= 0 {
+		n.stallLimit = 15 * time.Second
+	}
 	me := Name(bc.ID)
 	m.Observe(co.Stats, func() metrics.ClusterStat {
 		cs := metrics.ClusterStat{Controller: rt.IsController(), Ready: n.serving.Load(), Brokers: map[string]int{}}
@@ -291,6 +303,15 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	if serr := <-n.served; serr != nil && err == nil {
 		err = serr
 	}
+	// The stopped report lets the brokers gaining this one's groups serve
+	// them at once: not while a write of this one's is still in flight
+	// (a volume may hold a rename for seconds). Past the stall limit the
+	// reports went silent anyway (cluster.Config.Writes).
+	wctx, wcancel := context.WithTimeout(ctx, n.stallLimit)
+	if werr := n.writes.Wait(wctx); werr != nil {
+		n.log.Warn("stopping with group or transaction writes still in flight", "err", werr)
+	}
+	wcancel()
 	if rerr := n.Runtime.Stop(ctx); rerr != nil && err == nil {
 		err = rerr
 	}

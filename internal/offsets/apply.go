@@ -155,17 +155,31 @@ func (s *Store) attempt(g *groupState, batch []*request) error {
 		refused = s.recheck(g, batch)
 		return refused
 	}
+	// And the first check after it: a rename cannot be refused, and a
+	// volume may hold it for seconds. While the write is in flight, the
+	// brokers gaining the group wait for it (s.flights, in the liveness
+	// reports); but when this broker's view went stale meanwhile, it may
+	// have been declared dead and the group taken over without that wait,
+	// so the write is not acknowledged (NOT_COORDINATOR; a newer owner
+	// writes its own state back, refresh). The file is then trusted over
+	// memory.
+	regrant := func() error {
+		refused = s.regrant(batch)
+		return refused
+	}
 	var (
 		err     error
 		renamed bool
 	)
+	end := s.flights.Begin(g.fence.stamp())
 	if ch.remove && g.st.n == 0 && len(g.txns) == 0 {
 		if err = recheck(); err == nil {
-			renamed, err = s.removeFile(g)
+			renamed, err = s.removeFile(g, regrant)
 		}
 	} else {
-		renamed, err = s.writeFile(g, recheck)
+		renamed, err = s.writeFile(g, recheck, regrant)
 	}
+	end()
 	if err == nil {
 		g.unstamped = false
 		return nil
@@ -213,6 +227,22 @@ func (s *Store) recheck(g *groupState, batch []*request) error {
 		return fmt.Errorf("offsets: stat %q: %w", g.id, err)
 	case !g.fi.Same(fi):
 		return errRaced
+	}
+	return nil
+}
+
+// regrant is the check after a group file was replaced: no Owner of the
+// batch refuses with ErrNotFresh (ErrFenced otherwise). A refusal for
+// ownership alone is no reason: the brokers gaining the group waited for
+// this write.
+func (s *Store) regrant(batch []*request) error {
+	for _, r := range batch {
+		if r.err != nil {
+			continue
+		}
+		if _, err := grant(r.own); errors.Is(err, ErrNotFresh) {
+			return fmt.Errorf("%w: the write landed while this broker's view of the cluster was stale: %w", ErrFenced, err)
+		}
 	}
 	return nil
 }

@@ -36,7 +36,56 @@ func (s *Store) refresh(g *groupState) error {
 		return nil
 	}
 	s.log.Info("offsets: group file changed by another writer, reloading", "group", g.id)
-	return s.load(g)
+	kept := g.keep()
+	if err := s.load(g); err != nil {
+		return err
+	}
+	if !g.fence.Less(kept.fence) {
+		return nil
+	}
+	// The file was written under an older assignment than the state held
+	// here: a former coordinator's write, held by the volume, landed after
+	// this broker's. The brokers gaining a group wait for the writes in
+	// flight of the brokers losing it, but not of one declared dead
+	// (killed, frozen, cut off), and such a broker did not acknowledge it
+	// (regrant). The newer state is written back.
+	s.log.Warn("offsets: group file replaced by a former coordinator's late write; writing this broker's newer state back",
+		"group", g.id, "file_epoch", g.fence.ControllerEpoch, "file_version", g.fence.AssignmentVersion,
+		"epoch", kept.fence.ControllerEpoch, "version", kept.fence.AssignmentVersion)
+	read := g.fi
+	kept.restore(g)
+	end := s.flights.Begin(g.fence.stamp())
+	_, err = s.writeFile(g, func() error {
+		fi, err := s.fs.Stat(g.path)
+		if err == nil && !read.Same(fi) {
+			err = errRaced
+		}
+		return err
+	}, nil)
+	end()
+	if err != nil {
+		g.loaded, g.st = false, state{} // the next touch reads the file again
+		return fmt.Errorf("offsets: write %q back: %w", g.id, err)
+	}
+	return nil
+}
+
+// kept is a group's in-memory state, set aside while the file is read.
+type kept struct {
+	st        state
+	fence     Fence
+	txns      map[int64]Staged
+	info      Retention
+	members   *Membership
+	unstamped bool
+}
+
+func (g *groupState) keep() kept {
+	return kept{g.st, g.fence, g.txns, g.info, g.members, g.unstamped}
+}
+
+func (k kept) restore(g *groupState) {
+	g.st, g.fence, g.txns, g.info, g.members, g.unstamped = k.st, k.fence, k.txns, k.info, k.members, k.unstamped
 }
 
 // load reads the group's file into memory (an absent file is an empty group).
@@ -112,7 +161,8 @@ func (s *Store) SetAside(group string, own Owner) (string, error) {
 
 // setAside is SetAside with g.mu held.
 func (s *Store) setAside(g *groupState, own Owner) (string, error) {
-	if _, err := grant(own); err != nil {
+	first, err := grant(own)
+	if err != nil {
 		s.forget(g, false)
 		return "", err
 	}
@@ -126,6 +176,8 @@ func (s *Store) setAside(g *groupState, own Owner) (string, error) {
 	if _, err := decodeFile(data); err == nil {
 		return "", nil
 	}
+	end := s.flights.Begin(first.stamp())
+	defer end()
 	if _, err := grant(own); err != nil {
 		return "", err
 	}
@@ -151,8 +203,10 @@ var bufPool = sync.Pool{New: func() any { return new([]byte) }}
 
 // writeFile writes the group's state with the durable pattern: a temp file with
 // a name unique to this Store and write, fsync, rename over the group file,
-// fsync the directory. renamed reports whether the rename happened.
-func (s *Store) writeFile(g *groupState, recheck func() error) (renamed bool, err error) {
+// fsync the directory. recheck runs just before the rename, after (nil:
+// none) once the directory is synced; an error of either fails the write.
+// renamed reports whether the rename happened.
+func (s *Store) writeFile(g *groupState, recheck, after func() error) (renamed bool, err error) {
 	bp := bufPool.Get().(*[]byte)
 	data := encodeFile((*bp)[:0], g.id, &g.st, g.fence, g.info, g.members, g.txns)
 	defer func() {
@@ -182,6 +236,11 @@ func (s *Store) writeFile(g *groupState, recheck func() error) (renamed bool, er
 			return true, fmt.Errorf("offsets: write %q: sync dir: %w", g.id, err)
 		}
 	}
+	if after != nil {
+		if err := after(); err != nil {
+			return true, err
+		}
+	}
 	g.fi, g.onDisk = fsutil.VersionOf(fi), true
 	return true, nil
 }
@@ -201,8 +260,8 @@ func writeSync(f writeFile, data []byte, noSync bool) (fs.FileInfo, error) {
 	return fi, err
 }
 
-// removeFile removes the group's file durably.
-func (s *Store) removeFile(g *groupState) (removed bool, err error) {
+// removeFile removes the group's file durably; after is as for writeFile.
+func (s *Store) removeFile(g *groupState, after func() error) (removed bool, err error) {
 	err = s.fs.Remove(g.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		err = nil
@@ -212,6 +271,11 @@ func (s *Store) removeFile(g *groupState) (removed bool, err error) {
 	if !s.noSync {
 		if err := s.dirf.Sync(); err != nil {
 			return true, fmt.Errorf("offsets: delete %q: sync dir: %w", g.id, err)
+		}
+	}
+	if after != nil {
+		if err := after(); err != nil {
+			return true, err
 		}
 	}
 	g.fi, g.onDisk = fsutil.Version{}, false

@@ -52,6 +52,10 @@ type Fence struct {
 	AssignmentVersion int64
 }
 
+func (f Fence) stamp() fsutil.Stamp {
+	return fsutil.Stamp{Epoch: f.ControllerEpoch, Version: f.AssignmentVersion}
+}
+
 // Less reports whether f is older than g.
 func (f Fence) Less(g Fence) bool {
 	if f.ControllerEpoch != g.ControllerEpoch {
@@ -75,6 +79,10 @@ var (
 	// group answers nothing until DeleteGroups moves the file aside
 	// (SetAside, docs/operations.md).
 	ErrCorrupt = errors.New("offsets: group file cannot be decoded")
+	// ErrNotFresh: an Owner refuses because this broker's view of the
+	// cluster is too old to act on (it may have been declared dead and
+	// its groups taken over); wrapped in the Owner's own error.
+	ErrNotFresh = errors.New("offsets: this broker's view of the cluster is stale")
 )
 
 // Options configures a Store.
@@ -84,6 +92,10 @@ type Options struct {
 	NoSync bool         // skip fsync (benchmarks and tests on tmpfs-like paths only)
 	// Now is the clock of commit timestamps given by the store; nil: time.Now.
 	Now func() time.Time
+	// Writes counts the group file writes in flight by the assignment
+	// they were granted under (the liveness reports carry the oldest);
+	// nil: not counted.
+	Writes *fsutil.Writes
 	// OnCorrupt is called once per damaged group file (per version of
 	// it) that a read could not decode; nil: nothing.
 	OnCorrupt func(group string)
@@ -110,6 +122,7 @@ type Store struct {
 	writes sync.WaitGroup
 
 	onCorrupt func(group string)
+	flights   *fsutil.Writes
 
 	mu      sync.Mutex                // guards groups, corrupt and closed
 	groups  map[string]*groupState    // resident and in-flight groups
@@ -154,7 +167,7 @@ func Open(o Options) (*Store, error) {
 		return nil, errors.New("offsets: Options.Dir is empty")
 	}
 	s := &Store{dir: o.Dir, log: o.Logger, noSync: o.NoSync, fs: o.fs, clock: o.Now, groups: map[string]*groupState{},
-		onCorrupt: o.OnCorrupt, corrupt: map[string]fsutil.Version{}}
+		onCorrupt: o.OnCorrupt, corrupt: map[string]fsutil.Version{}, flights: o.Writes}
 	if s.clock == nil {
 		s.clock = time.Now
 	}

@@ -161,9 +161,11 @@ func (s *Store) Exists(group string) (bool, error) {
 	return true, nil
 }
 
-// Evict forgets the group's in-memory state (the group moved away). A write in
-// flight finishes first; requests still queued are resubmitted on a fresh handle,
-// which reloads from disk.
+// Evict forgets the group's in-memory state (the group moved away). It does
+// not wait: a write in flight (which a volume may hold for seconds) finishes
+// first, and the group is forgotten after it, on another goroutine;
+// requests still queued are resubmitted on a fresh handle, which reloads
+// from disk.
 func (s *Store) Evict(group string) {
 	s.mu.Lock()
 	g := s.groups[group]
@@ -171,9 +173,21 @@ func (s *Store) Evict(group string) {
 	if g == nil {
 		return
 	}
+	if g.mu.TryLock() {
+		s.evict(g)
+		return
+	}
+	go func() {
+		g.mu.Lock()
+		s.evict(g)
+	}()
+}
+
+// evict is Evict with g.mu held; it unlocks it.
+func (s *Store) evict(g *groupState) {
+	group := g.id
 	// Mark first, then unlink: no fresh handle can load the file while this one
 	// still has a write in flight.
-	g.mu.Lock()
 	g.evicted = true
 	g.st = state{}
 	s.mu.Lock()
@@ -184,7 +198,9 @@ func (s *Store) Evict(group string) {
 	g.mu.Unlock()
 }
 
-// Resident returns the ids of the groups loaded in memory, in no order.
+// Resident returns the ids of the groups loaded in memory, in no order. It
+// does not wait for a write in flight: a group being written counts as
+// resident.
 func (s *Store) Resident() []string {
 	s.mu.Lock()
 	gs := make([]*groupState, 0, len(s.groups))
@@ -194,7 +210,10 @@ func (s *Store) Resident() []string {
 	s.mu.Unlock()
 	out := make([]string, 0, len(gs))
 	for _, g := range gs {
-		g.mu.Lock()
+		if !g.mu.TryLock() {
+			out = append(out, g.id)
+			continue
+		}
 		if g.loaded && !g.evicted {
 			out = append(out, g.id)
 		}

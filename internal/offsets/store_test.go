@@ -560,3 +560,41 @@ func TestCorruptGroupFileIsReportedOnce(t *testing.T) {
 		t.Fatalf("second set aside: %q %v", name, err)
 	}
 }
+
+// A former owner's write that a volume held lands after the new owner's
+// (its broker was declared dead, so nobody waited for it): the new owner
+// finds an older fence in the file at its next touch and writes its own,
+// newer state back; an acknowledged commit is not lost.
+func TestLateWriteOfAFormerOwnerIsWrittenOver(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	f2 := Fence{1, 2}
+	oldOwner, newOwner := open(t, dir, nil), open(t, dir, nil)
+	if err := oldOwner.Commit(ctx, "g", f1, map[TP]Offset{{"t", 0}: off(100)}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, FileName("g"))
+	late, err := os.ReadFile(path) // what the old owner's held rename carries
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := newOwner.Commit(ctx, "g", f2, map[TP]Offset{{"t", 0}: off(200), {"t", 1}: off(7)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path+".late", late, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".late", path); err != nil { // it lands
+		t.Fatal(err)
+	}
+	got, err := newOwner.Load("g", f2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[TP{"t", 0}].Offset != 200 || got[TP{"t", 1}].Offset != 7 {
+		t.Fatalf("the new owner answers %v", got)
+	}
+	if disk, fence := diskState(t, dir, "g"); disk[TP{"t", 0}].Offset != 200 || disk[TP{"t", 1}].Offset != 7 || fence != f2 {
+		t.Fatalf("on disk after the touch: %v under %v", disk, fence)
+	}
+}

@@ -57,6 +57,9 @@ type Config struct {
 	Markers       Markers
 	MaxTimeout    time.Duration    // transaction.max.timeout.ms; default 15 min
 	Now           func() time.Time // nil: time.Now
+	// Writes counts the writes in flight by the assignment they were
+	// granted under (the liveness reports carry the oldest); nil: none.
+	Writes *fsutil.Writes
 }
 
 // Coordinator holds the transactional ids this broker coordinates.
@@ -176,6 +179,13 @@ func (c *Coordinator) save(e *entry, rec *Record) error {
 	if e.rec != nil && !CanTransition(e.rec.State, rec.State) {
 		c.log.Error("illegal transaction state change refused", "transactional_id", e.id, "from", e.rec.State, "to", rec.State)
 		return ErrInvalidState
+	}
+	// Counted in flight before the last check: a broker gaining the id
+	// waits for it (fsutil.Writes).
+	end := c.cfg.Writes.Begin(fsutil.Stamp{Epoch: f.ControllerEpoch, Version: f.AssignmentVersion})
+	defer end()
+	if again, ok := c.cfg.Grant(e.id); !ok || again.Less(f) {
+		return ErrNotCoordinator
 	}
 	rec.Fence = fenceOf(f)
 	rec.UpdatedAt = c.cfg.Now().UTC()
