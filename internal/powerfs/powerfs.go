@@ -75,6 +75,20 @@ type Options struct {
 	// mounts of one backing directory, one per process, model one client
 	// per process. File reads, writes and fsyncs are never held.
 	Hold func(op string, paths ...string)
+	// Cache lets the kernel cache names and attributes, as a network file
+	// system client does (NFS: actimeo, lookupcache): zero values (the
+	// default) cache nothing. With several mounts of one backing
+	// directory, a mount then shows another mount's renames, creates and
+	// size changes to stat and lookup up to that long late; opens and
+	// reads still reach the file by its path (close-to-open for data).
+	Cache Cache
+}
+
+// Cache is how long the kernel may trust what a mount told it.
+type Cache struct {
+	Entry    time.Duration // a name's lookup (NFS: the folder's acdirmin/acdirmax)
+	Attr     time.Duration // a file's attributes (NFS: acregmin/acregmax)
+	Negative time.Duration // a failed lookup (NFS: lookupcache=all; 0 is lookupcache=positive)
 }
 
 // Loss is what a cut drops (or, from Pending, would drop now).
@@ -178,7 +192,7 @@ func (f *FS) Backing() string { return f.backing }
 // mount starts a fresh server (fresh kernel and go-fuse state) on mnt.
 // Called with srvMu held (or before f is shared).
 func (f *FS) mount() error {
-	zero := time.Duration(0)
+	entry, attr, negative := f.opts.Cache.Entry, f.opts.Cache.Attr, f.opts.Cache.Negative
 	opts := &fs.Options{
 		MountOptions: fuse.MountOptions{
 			DirectMountStrict:  true,
@@ -189,11 +203,12 @@ func (f *FS) mount() error {
 			MaxWrite:           1 << 20,
 			DisableSplice:      true, // reads answer from memory, never from a descriptor
 		},
-		// Nothing is cached by the kernel: every lookup, attribute and
-		// (with FOPEN_DIRECT_IO) every read and write comes here.
-		EntryTimeout:    &zero,
-		AttrTimeout:     &zero,
-		NegativeTimeout: &zero,
+		// By default nothing is cached by the kernel: every lookup,
+		// attribute and (with FOPEN_DIRECT_IO, always) every read and
+		// write comes here.
+		EntryTimeout:    &entry,
+		AttrTimeout:     &attr,
+		NegativeTimeout: &negative,
 		RootStableAttr:  &fs.StableAttr{Ino: f.rootIno},
 	}
 	type result struct {

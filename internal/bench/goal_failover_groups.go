@@ -1,0 +1,165 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kaas-dev/kaas/internal/broker"
+	"github.com/kaas-dev/kaas/internal/node"
+)
+
+func init() { Register(failoverGroupsGoal{}) }
+
+// failoverGroupsGoal measures how long the groups of a killed coordinator
+// stay unserved: a 3-broker kaas cluster in this process on the data dir
+// (default liveness: reports every 1 s, dead after 3 s), 10,000 groups
+// coordinated by one broker (not the controller), each with a committed
+// offset; that broker is killed (node.Kill) and the clock runs until every
+// one of the groups answers OffsetFetch with its offset at its new
+// coordinator (batched OffsetFetch v8 through kadm, every 100 ms). Bound:
+// --dead-after + 1 s.
+type failoverGroupsGoal struct{}
+
+func (failoverGroupsGoal) Name() string { return "failover-groups" }
+func (failoverGroupsGoal) Describe() string {
+	return "failover-groups: after kill -9 of a coordinator of 10,000 groups, all answer OffsetFetch again within --dead-after (3 s) + 1 s"
+}
+
+func (failoverGroupsGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
+	const (
+		g         = "failover-groups"
+		groups    = 10000
+		deadAfter = 3 * time.Second
+		topic     = "bench-failover-groups"
+	)
+	dir, err := env.ScratchDir(false, "kaas-failover-groups-")
+	if err != nil {
+		return nil, err
+	}
+	nodes := make([]*node.Node, 3)
+	defer func() {
+		for _, n := range nodes {
+			if n != nil {
+				n.Kill()
+			}
+		}
+	}()
+	errs := make(chan error, 3)
+	for i := range nodes {
+		go func() {
+			n, err := node.Start(node.Config{Broker: broker.Config{ID: int32(i), DataDir: dir, Listen: "127.0.0.1:0",
+				Logger: env.Log.With("target", fmt.Sprintf("kaas-cluster-%d", i))},
+				DeadAfter: deadAfter, ReadyTimeout: 30 * time.Second})
+			nodes[i] = n
+			errs <- err
+		}()
+	}
+	for range nodes {
+		if err := <-errs; err != nil {
+			return nil, fmt.Errorf("bench: failover-groups cluster: %w", err)
+		}
+	}
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr())
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RetryTimeout(30*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, topic); err != nil {
+		return nil, err
+	}
+	// The groups of one broker that is not the controller.
+	victim := -1
+	for i, n := range nodes {
+		if !n.Runtime.IsController() {
+			victim = i
+			break
+		}
+	}
+	var ids []string
+	for i := 0; len(ids) < groups; i++ {
+		id := fmt.Sprintf("bench-fg-%d", i)
+		if b, err := nodes[0].Broker.Coordinator().FindGroup(id); err == nil && int(b.NodeID) == victim {
+			ids = append(ids, id)
+		}
+	}
+	// One committed offset each (its offset is its index + 1), 32 at a time.
+	want := make(map[string]int64, len(ids))
+	work := make(chan int)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	for range 32 {
+		wg.Go(func() {
+			for i := range work {
+				o := kadm.Offsets{}
+				o.AddOffset(topic, 0, int64(i+1), -1)
+				r, err := adm.CommitOffsets(ctx, ids[i], o)
+				if err == nil {
+					err = r.Error()
+				}
+				if err != nil {
+					mu.Lock()
+					first = errors.Join(first, fmt.Errorf("commit %s: %w", ids[i], err))
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for i, id := range ids {
+		want[id] = int64(i + 1)
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if first != nil {
+		return nil, fmt.Errorf("bench: failover-groups: %w", first)
+	}
+	// Every broker knows them active (a report interval) before the kill.
+	time.Sleep(2 * time.Second)
+
+	killed := time.Now()
+	nodes[victim].Kill()
+	nodes[victim] = nil
+	pending := ids
+	for len(pending) > 0 {
+		if time.Since(killed) > 60*time.Second {
+			return nil, fmt.Errorf("bench: failover-groups: %d of %d groups not served 60 s after the kill", len(pending), len(ids))
+		}
+		fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		got := adm.FetchManyOffsets(fctx, pending...)
+		cancel()
+		var left []string
+		for _, id := range pending {
+			r, ok := got[id]
+			if !ok || r.Err != nil {
+				left = append(left, id)
+				continue
+			}
+			if o, ok := r.Fetched.Lookup(topic, 0); !ok || o.Err != nil || o.At != want[id] {
+				left = append(left, id)
+			}
+		}
+		pending = left
+		if len(pending) > 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	took := time.Since(killed)
+	bound := deadAfter + time.Second
+	return []Row{AtMost(g, fmt.Sprintf("failover: all %d groups of a killed coordinator answer OffsetFetch again, vs --dead-after + 1 s", len(ids)),
+		"ms", float64(took.Milliseconds()), float64(bound.Milliseconds()), RefSpec, 1.0,
+		fmt.Sprintf("3 in-process brokers on the data dir, dead after %v; coordinator %d killed (not the controller); batched OffsetFetch every 100 ms", deadAfter, victim))}, nil
+}
