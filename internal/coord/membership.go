@@ -460,8 +460,23 @@ func (c *Coordinator) fire(s *shell, m *membership, key group.TimerKey, seq uint
 	if a, ok := m.timers[key]; ok && a.seq == seq {
 		delete(m.timers, key)
 	}
+	// A timer's outcome (a join phase ending, members expiring) is an
+	// answer of the coordinator: not while this broker's view is stale or
+	// the group is being handed over. It waits, and a move unloads the
+	// group and answers what is parked with NOT_COORDINATOR.
+	if _, err := c.grant(s.id); err != nil {
+		if a, ok := m.timers[key]; ok && a.seq != seq {
+			return // a newer timer of the slot supersedes this one
+		}
+		m.timers[key] = armed{t: time.AfterFunc(timerRetry, func() { c.fire(s, m, key, seq) }), seq: seq}
+		return
+	}
 	m.apply(m.core.Timer(c.cfg.Now(), key, seq))
 }
+
+// timerRetry is how soon a timer that fired while this broker could not
+// answer for the group fires again.
+const timerRetry = 100 * time.Millisecond
 
 // begin locks an owned group's shell for a membership request and returns
 // its state machine, nil for a consumer group with members (its classic
