@@ -8,7 +8,7 @@
 //	 "configs":{"retention.ms":"86400000"},"createdAt":"2026-11-29T12:00:00Z"}
 //
 // Creation is atomic and exclusive across brokers: the file is written
-// durably (fsutil.WriteFile) to a unique staging name, .stage-<16 hex digits>,
+// durably (fsutil.WriteFile) to a unique staging name, +stage-<16 hex digits>,
 // then hard-linked to its final name (link fails if the name exists, like
 // O_EXCL), the staging name removed and the directory fsynced. A change
 // (CreatePartitions) stages the same way and renames over the file. The
@@ -161,8 +161,15 @@ func Open(dataDir string, log *slog.Logger) (*Registry, error) {
 
 func (r *Registry) path(name string) string { return filepath.Join(r.dir, name+".json") }
 
-// stagingPrefix starts the names of files being written (see the package doc).
-const stagingPrefix = ".stage-"
+// stagingPrefix starts the names of files being written (see the package
+// doc): '+' is not allowed in a topic name, so no topic file starts with it.
+// Before, it was ".stage-", the start of valid topic names too (Kafka
+// allows a leading dot); such files without the ".json" of a topic file
+// are still removed when a crash left them.
+const (
+	stagingPrefix    = "+stage-"
+	oldStagingPrefix = ".stage-"
+)
 
 // stage writes data durably under a fresh staging name and returns its path.
 func (r *Registry) stage(data []byte) (string, error) {
@@ -185,7 +192,8 @@ func (r *Registry) removeStaleStaging(now time.Time) {
 		return
 	}
 	for _, e := range ents {
-		if !strings.HasPrefix(e.Name(), stagingPrefix) {
+		n := e.Name()
+		if !strings.HasPrefix(n, stagingPrefix) && !(strings.HasPrefix(n, oldStagingPrefix) && !strings.HasSuffix(n, ".json")) {
 			continue
 		}
 		if fi, err := e.Info(); err == nil && now.Sub(fi.ModTime()) > 10*time.Minute {
@@ -234,7 +242,7 @@ func (r *Registry) refreshOnce() (done bool, err error) {
 	stamps := make(map[string]fsutil.Version, len(ents))
 	for _, e := range ents {
 		n := e.Name()
-		if !strings.HasSuffix(n, ".json") || strings.HasPrefix(n, ".") {
+		if !strings.HasSuffix(n, ".json") || strings.HasPrefix(n, stagingPrefix) {
 			continue
 		}
 		name := strings.TrimSuffix(n, ".json")
