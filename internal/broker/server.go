@@ -377,6 +377,20 @@ func (c *conn) readFrame() ([]byte, error) {
 	return buf, nil
 }
 
+// metricLabels keeps the request metrics' labels a closed set: a key this
+// broker does not serve is -1 ("unknown"), a version outside the key's
+// served range -1 ("unsupported"), whatever a client sends.
+func metricLabels(key, version int16) (int16, int16) {
+	r, ok := supported(key)
+	if !ok {
+		return -1, -1
+	}
+	if version < r.Min || version > r.Max {
+		return key, -1
+	}
+	return key, version
+}
+
 // timeoutErr marks a budget wait that ended with the read deadline.
 type timeoutErr struct{ err error }
 
@@ -394,7 +408,8 @@ func (c *conn) write(in <-chan pending, done chan<- struct{}) {
 	for p := range in {
 		resp := p.finish()
 		c.s.budget.Release(p.size)
-		c.s.b.cfg.Metrics.Request(p.key, p.version, resp, time.Since(p.start))
+		key, version := metricLabels(p.key, p.version)
+		c.s.b.cfg.Metrics.Request(key, version, resp, time.Since(p.start))
 		if resp == nil || broken {
 			continue
 		}

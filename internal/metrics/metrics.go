@@ -104,12 +104,20 @@ func New() *Broker {
 }
 
 // Request records one answered request: resp's first error code, found in
-// the answer's error code fields down to its partitions.
+// the answer's error code fields down to its partitions. key -1 is labelled
+// "unknown" and version -1 "unsupported" (the broker passes them for keys
+// and versions it does not serve, so that the labels stay a closed set).
 func (m *Broker) Request(key, version int16, resp kmsg.Response, d time.Duration) {
 	if m == nil {
 		return
 	}
-	api := kmsg.NameForKey(key)
+	api, ver := "unknown", "unsupported"
+	if key >= 0 {
+		api = kmsg.NameForKey(key)
+	}
+	if version >= 0 {
+		ver = strconv.Itoa(int(version))
+	}
 	code := int16(0)
 	if resp != nil {
 		code = FirstError(resp)
@@ -124,7 +132,7 @@ func (m *Broker) Request(key, version int16, resp kmsg.Response, d time.Duration
 			}
 		}
 	}
-	m.requests.WithLabelValues(api, strconv.Itoa(int(version)), name).Inc()
+	m.requests.WithLabelValues(api, ver, name).Inc()
 	m.latency.WithLabelValues(api).Observe(d.Seconds())
 	if f, ok := resp.(*kmsg.FetchResponse); ok {
 		n, records := 0, 0
