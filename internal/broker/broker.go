@@ -219,6 +219,8 @@ type Broker struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	clientErrs clientErrors // rate-limits client error log lines (client_errors.go)
 }
 
 func (b *Broker) now() time.Time { return b.cfg.Now() }

@@ -270,7 +270,7 @@ func (c *conn) read(out chan<- pending) {
 			switch {
 			case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), c.stopping.Load():
 			case errors.Is(err, wire.ErrFrameTooLarge), errors.Is(err, wire.ErrMalformed):
-				c.log.Warn("closing connection: unreadable frame", "err", err)
+				b.clientError(c.log, "unreadable_frame", "closing connection: unreadable frame", "err", err)
 			case errors.As(err, &ne) && ne.Timeout():
 				c.log.Debug("closing connection: read timed out", "err", err)
 			default:
@@ -293,12 +293,12 @@ func (c *conn) read(out chan<- pending) {
 				continue
 			}
 			c.s.budget.Release(size)
-			c.log.Warn("closing connection: bad request", "api", wire.Name(req.Key), "version", req.Version, "err", err)
+			b.clientError(c.log, "bad_request", "closing connection: bad request", "api", wire.Name(req.Key), "version", req.Version, "err", err)
 			return
 		}
 		if !b.ready(req.Header) {
 			c.s.budget.Release(size)
-			c.log.Warn("closing connection: broker not ready for client traffic", "api", wire.Name(req.Key))
+			b.clientError(c.log, "not_ready", "closing connection: broker not ready for client traffic", "api", wire.Name(req.Key))
 			return
 		}
 		start := time.Now()

@@ -40,6 +40,7 @@ type Broker struct {
 	recordsOut   prometheus.Counter
 	generations  *prometheus.CounterVec
 	corrupt      prometheus.Counter
+	clientErrors *prometheus.CounterVec
 }
 
 // latencyBuckets span a cached answer (100 µs) to a long poll (30 s).
@@ -87,10 +88,13 @@ func New() *Broker {
 		generations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kaas_group_generations_total",
 			Help: "Rebalances: generations formed by classic groups and group epochs bumped by consumer groups coordinated here (a group loaded after a move is not counted)."},
 			[]string{"type"}),
+		clientErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kaas_client_errors_total",
+			Help: "Connections closed for what the client sent: kind=unreadable_frame (a size or header that cannot be read), bad_request (an API, version or body that cannot be decoded), not_ready (a request before the broker serves clients). Their WARN lines are logged at most once a second per kind."},
+			[]string{"kind"}),
 		corrupt: prometheus.NewCounter(prometheus.CounterOpts{Name: "kaas_group_files_corrupt_total",
 			Help: "Group files found that cannot be decoded (once per version of a file); DeleteGroups moves one aside (docs/operations.md)."}),
 	}
-	for _, c := range []prometheus.Collector{m.corrupt, m.requests, m.latency, m.connections, m.refused, m.bytesIn, m.recordsIn, m.bytesOut,
+	for _, c := range []prometheus.Collector{m.corrupt, m.clientErrors, m.requests, m.latency, m.connections, m.refused, m.bytesIn, m.recordsIn, m.bytesOut,
 		m.durable, m.commits, m.groupMoves, m.groupLoads, m.groupLoad, m.applyLatency, m.recordsOut, m.generations} {
 		f(c)
 	}
@@ -218,6 +222,14 @@ func (m *Broker) GroupLoaded(load time.Duration) {
 	if m != nil {
 		m.groupLoads.Inc()
 		m.groupLoad.Observe(load.Seconds())
+	}
+}
+
+// ClientError records a connection closed for what its client sent; kind is
+// one of a closed set (unreadable_frame, bad_request, not_ready).
+func (m *Broker) ClientError(kind string) {
+	if m != nil {
+		m.clientErrors.WithLabelValues(kind).Inc()
 	}
 }
 

@@ -55,6 +55,7 @@ func TestNilBrokerRecordsNothing(t *testing.T) {
 	m.Committed(1)
 	m.GroupLoaded(0)
 	m.GroupFileCorrupt("g")
+	m.ClientError("bad_request")
 	m.GroupsLost(1)
 	m.Applied(0)
 	m.Refused("max.connections")

@@ -1,0 +1,73 @@
+package broker
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kaas-dev/kaas/internal/metrics"
+)
+
+// lockedBuffer is a log sink shared by the broker's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Defect: every bad request a client sent logged a WARN line, with no
+// bound: a client could fill the broker's log. Client errors are now
+// logged at most once a second (with how many were left out) and all
+// counted in kaas_client_errors_total.
+func TestClientErrorsAreCountedAndTheirLogLinesBounded(t *testing.T) {
+	logs := &lockedBuffer{}
+	m := metrics.New()
+	b := startBroker(t, t.TempDir(), func(c *Config) {
+		c.Metrics = m
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	const sent = 200
+	bad := kmsg.NewPtrFetchRequest()
+	bad.SetVersion(2) // not served: the connection is closed
+	for i := range sent {
+		c := dial(t, b)
+		if _, err := c.Write(rawFrame(bad, int32(i))); err != nil {
+			t.Fatal(err)
+		}
+		expectClosed(t, c)
+	}
+	lines := strings.Count(logs.String(), "closing connection: bad request")
+	if lines > 5 {
+		t.Fatalf("%d bad requests logged %d WARN lines", sent, lines)
+	}
+	fams, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counted float64
+	for _, f := range fams {
+		if f.GetName() == "kaas_client_errors_total" {
+			for _, s := range f.GetMetric() {
+				counted += s.GetCounter().GetValue()
+			}
+		}
+	}
+	if counted != sent {
+		t.Fatalf("kaas_client_errors_total counted %v of %d", counted, sent)
+	}
+}
