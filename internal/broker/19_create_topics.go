@@ -92,6 +92,11 @@ func (b *Broker) handleCreateTopics(ctx context.Context, c *conn, req wire.Reque
 					msg = ce.Error()
 				}
 				fail(kerr.InvalidConfig, msg)
+			case volumeFailure(err):
+				// A full, read-only or failing volume: Kafka's answer for
+				// a log dir it cannot write.
+				b.log.Error("creating topic failed: the volume refused the write", "topic", rt.Topic, "err", err)
+				fail(kerr.KafkaStorageError, clientMessage(kerr.KafkaStorageError, err))
 			default:
 				b.log.Error("creating topic failed", "topic", rt.Topic, "err", err)
 				fail(kerr.UnknownServerError, clientMessage(kerr.UnknownServerError, err)) // no volume paths to clients

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"syscall"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
@@ -105,4 +106,11 @@ func clientMessage(e *kerr.Error, err error) string {
 		return e.Description
 	}
 	return err.Error()
+}
+
+// volumeFailure reports whether err is the volume refusing a write: full
+// (ENOSPC, EDQUOT), read-only (EROFS) or failing (EIO).
+func volumeFailure(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) ||
+		errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EIO)
 }
