@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kaas-dev/kaas/internal/cluster"
+	"github.com/kaas-dev/kaas/internal/fsutil"
 	"github.com/kaas-dev/kaas/internal/group"
 	"github.com/kaas-dev/kaas/internal/offsets"
 	"github.com/kaas-dev/kaas/internal/testutil"
@@ -565,7 +566,8 @@ func readGroupFileErr(dir, g string) (groupFile, bool) {
 // swapRig is coordinators over one data dir, named kaas-0, kaas-1, ..., that
 // wait for each other the way cluster.Runtime.Settled makes brokers wait: an
 // assignment is settled once every one of them that the newest assignment
-// does not call dead has applied it. One of them may be frozen (freeze):
+// does not call dead has applied it and has no write in flight granted under
+// an older assignment (each store counts its writes, as a broker's does). One of them may be frozen (freeze):
 // its requests and writes wait until it thaws, it applies nothing
 // meanwhile, and it is not Fresh until it has applied the newest assignment
 // after thawing, as a broker resumed from SIGSTOP.
@@ -573,6 +575,7 @@ type swapRig struct {
 	ids     []string
 	coords  []*Coordinator
 	applied []atomic.Int64 // the assignment version each has applied
+	writes  []*fsutil.Writes
 	newest  atomic.Pointer[cluster.Assignment]
 
 	mu     sync.Mutex // guards frozen
@@ -603,6 +606,9 @@ func newSwapRig(t *testing.T, dir string, n int, cfg func(*Config)) *swapRig {
 			if r.applied[i].Load() < a.AssignmentVersion {
 				return false
 			}
+			if w, ok := r.writes[i].Oldest(); ok && w.Less(fsutil.Stamp{Epoch: a.ControllerEpoch, Version: a.AssignmentVersion}) {
+				return false
+			}
 		}
 		return true
 	}
@@ -611,7 +617,9 @@ func newSwapRig(t *testing.T, dir string, n int, cfg func(*Config)) *swapRig {
 	}
 	for i := range n {
 		// The files are real; fsync is skipped to bound the test's time.
-		st, err := offsets.Open(offsets.Options{Dir: offsetsDir(dir), NoSync: true})
+		w := fsutil.NewWrites()
+		r.writes = append(r.writes, w)
+		st, err := offsets.Open(offsets.Options{Dir: offsetsDir(dir), NoSync: true, Writes: w})
 		if err != nil {
 			t.Fatal(err)
 		}
