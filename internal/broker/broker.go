@@ -221,6 +221,7 @@ type Broker struct {
 	closeErr  error
 
 	clientErrs clientErrors // rate-limits client error log lines (client_errors.go)
+	panics     panicLog     // handler panics whose stack was logged (panics.go)
 }
 
 func (b *Broker) now() time.Time { return b.cfg.Now() }

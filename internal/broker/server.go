@@ -302,7 +302,11 @@ func (c *conn) read(out chan<- pending) {
 			return
 		}
 		start := time.Now()
-		finish := b.dispatch(c.ctx, c, req)
+		finish, ok := b.safeDispatch(c.ctx, c, req)
+		if !ok {
+			c.s.budget.Release(size)
+			return
+		}
 		select {
 		case out <- pending{corr: req.CorrelationID, finish: finish, size: size, key: req.Key, version: req.Version, start: start}:
 		case <-c.ctx.Done():
@@ -406,7 +410,12 @@ func (c *conn) write(in <-chan pending, done chan<- struct{}) {
 	var buf []byte
 	broken := false
 	for p := range in {
-		resp := p.finish()
+		resp, ok := c.s.b.safeFinish(c, p)
+		if !ok && !broken {
+			broken = true
+			c.cancel() // nothing more is sent on this connection
+			c.stopReading()
+		}
 		c.s.budget.Release(p.size)
 		key, version := metricLabels(p.key, p.version)
 		c.s.b.cfg.Metrics.Request(key, version, resp, time.Since(p.start))

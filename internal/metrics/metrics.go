@@ -41,6 +41,7 @@ type Broker struct {
 	generations  *prometheus.CounterVec
 	corrupt      prometheus.Counter
 	clientErrors *prometheus.CounterVec
+	panics       *prometheus.CounterVec
 }
 
 // latencyBuckets span a cached answer (100 µs) to a long poll (30 s).
@@ -89,12 +90,15 @@ func New() *Broker {
 			Help: "Rebalances: generations formed by classic groups and group epochs bumped by consumer groups coordinated here (a group loaded after a move is not counted)."},
 			[]string{"type"}),
 		clientErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kaas_client_errors_total",
-			Help: "Connections closed for what the client sent: kind=unreadable_frame (a size or header that cannot be read), bad_request (an API, version or body that cannot be decoded), not_ready (a request before the broker serves clients). Their WARN lines are logged at most once a second per kind."},
+			Help: "Connections closed for what the client sent: kind=unreadable_frame (a size or header that cannot be read), bad_request (an API, version or body that cannot be decoded), not_ready (a request before the broker serves clients), panic (a handler panicked again). Their WARN lines are logged at most once a second per kind."},
 			[]string{"kind"}),
+		panics: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kaas_request_panics_total",
+			Help: "Requests whose handling panicked, by API: the connection was closed and the broker kept serving; the first stack of each API is logged at ERROR."},
+			[]string{"api"}),
 		corrupt: prometheus.NewCounter(prometheus.CounterOpts{Name: "kaas_group_files_corrupt_total",
 			Help: "Group files found that cannot be decoded (once per version of a file); DeleteGroups moves one aside (docs/operations.md)."}),
 	}
-	for _, c := range []prometheus.Collector{m.corrupt, m.clientErrors, m.requests, m.latency, m.connections, m.refused, m.bytesIn, m.recordsIn, m.bytesOut,
+	for _, c := range []prometheus.Collector{m.corrupt, m.clientErrors, m.panics, m.requests, m.latency, m.connections, m.refused, m.bytesIn, m.recordsIn, m.bytesOut,
 		m.durable, m.commits, m.groupMoves, m.groupLoads, m.groupLoad, m.applyLatency, m.recordsOut, m.generations} {
 		f(c)
 	}
@@ -223,6 +227,19 @@ func (m *Broker) GroupLoaded(load time.Duration) {
 		m.groupLoads.Inc()
 		m.groupLoad.Observe(load.Seconds())
 	}
+}
+
+// RequestPanic records a request whose handling panicked; key -1 is
+// labelled "unknown".
+func (m *Broker) RequestPanic(key int16) {
+	if m == nil {
+		return
+	}
+	api := "unknown"
+	if key >= 0 {
+		api = kmsg.NameForKey(key)
+	}
+	m.panics.WithLabelValues(api).Inc()
 }
 
 // ClientError records a connection closed for what its client sent; kind is

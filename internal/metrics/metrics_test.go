@@ -56,6 +56,7 @@ func TestNilBrokerRecordsNothing(t *testing.T) {
 	m.GroupLoaded(0)
 	m.GroupFileCorrupt("g")
 	m.ClientError("bad_request")
+	m.RequestPanic(16)
 	m.GroupsLost(1)
 	m.Applied(0)
 	m.Refused("max.connections")
