@@ -14,8 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/semaphore"
-
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -26,7 +24,7 @@ import (
 type server struct {
 	b      *Broker
 	ln     net.Listener
-	budget *semaphore.Weighted // queued.max.request.bytes
+	budget *requestBudget // queued.max.request.bytes
 
 	mu      sync.Mutex // guards conns, perIP, closing
 	conns   map[*conn]struct{}
@@ -49,7 +47,7 @@ func (b *Broker) Listen() error {
 	}
 	b.srvMu.Lock()
 	b.srv = &server{b: b, ln: ln, conns: map[*conn]struct{}{}, perIP: map[string]int{},
-		budget: semaphore.NewWeighted(b.cfg.QueuedMaxRequestBytes)}
+		budget: newRequestBudget(b.cfg.QueuedMaxRequestBytes, int64(b.cfg.MaxFrame))}
 	b.srvMu.Unlock()
 	b.log.Info("listening", "addr", ln.Addr().String(), "advertise", b.cfg.Advertise)
 	return nil
@@ -345,7 +343,7 @@ func (c *conn) readFrame() ([]byte, error) {
 	if n < 8 { // key, version, correlation id
 		return nil, fmt.Errorf("%w: frame of %d bytes is shorter than a header", wire.ErrMalformed, n)
 	}
-	if c.br.Buffered() >= int(n) && c.s.budget.TryAcquire(int64(n)) {
+	if c.br.Buffered() >= int(n) && c.s.budget.TryAcquire(int64(n), int64(n)) {
 		// The whole frame has arrived and fits the budget: no wait, no
 		// deadline to arm.
 		buf := make([]byte, n)
@@ -360,8 +358,8 @@ func (c *conn) readFrame() ([]byte, error) {
 	for len(buf) < int(n) {
 		grow := min(int(n), max(firstChunk, 2*cap(buf)))
 		if grow > cap(buf) {
-			if err := c.s.budget.Acquire(ctx, int64(grow-cap(buf))); err != nil {
-				c.s.budget.Release(int64(cap(buf)))
+			if err := c.s.budget.Acquire(ctx, int64(n), int64(grow-cap(buf))); err != nil {
+				c.s.budget.ReleaseOf(int64(n), int64(cap(buf)))
 				return nil, fmt.Errorf("waiting for queued.max.request.bytes: %w", timeoutErr{err})
 			}
 			nb := make([]byte, len(buf), grow)
@@ -371,7 +369,7 @@ func (c *conn) readFrame() ([]byte, error) {
 		k, err := io.ReadFull(c.br, buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+k]
 		if err != nil {
-			c.s.budget.Release(int64(cap(buf)))
+			c.s.budget.ReleaseOf(int64(n), int64(cap(buf)))
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
