@@ -65,11 +65,12 @@ func Listen(addr string, o Options) (*Server, error) {
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	s := &Server{ln: ln, done: make(chan struct{}), srv: &http.Server{Handler: mux,
-		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute,
+		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second,
 		ErrorLog: slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug)}}
+	limited := &limitListener{Listener: ln, max: MaxConnections, log: o.Log}
 	go func() {
 		defer close(s.done)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.srv.Serve(limited); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			o.Log.Warn("admin listener stopped", "err", err)
 		}
 	}()
