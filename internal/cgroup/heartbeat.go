@@ -2,6 +2,7 @@ package cgroup
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"regexp"
 	"regexp/syntax"
@@ -49,6 +50,33 @@ func (g *Group) fail(code Code, msg string) HeartbeatResult {
 	return HeartbeatResult{Err: code, ErrMessage: msg}
 }
 
+// MaxMemberRecordBytes bounds what one member may make the group keep.
+// Kafka stores a member's metadata in one record of __consumer_offsets, in
+// a batch of at most message.max.bytes (1 MiB by default), and fails a
+// heartbeat whose record would be larger with UNKNOWN_SERVER_ERROR
+// (RECORD_LIST_TOO_LARGE, mapped); kaas refuses it the same way before the
+// member is added or changed, so no client can grow a group's memory and
+// file without bound (docs/operations.md, "Limits").
+const MaxMemberRecordBytes = 1 << 20
+
+// memberRecordSize is the bytes a heartbeat asks the group to keep for its
+// member, as a Kafka member record would hold them.
+func memberRecordSize(in HeartbeatInput) int {
+	n := len(in.MemberID) + len(in.ClientID) + len(in.ClientHost)
+	for _, s := range []*string{in.InstanceID, in.RackID, in.SubscribedTopicRegex, in.ServerAssignor} {
+		if s != nil {
+			n += len(*s)
+		}
+	}
+	for _, t := range in.SubscribedTopicNames {
+		n += len(t) + 2
+	}
+	for _, tp := range in.OwnedTopicPartitions {
+		n += 16 + 4*len(tp.Partitions)
+	}
+	return n
+}
+
 // validate is Kafka's request validation for a heartbeat.
 func (g *Group) validate(in HeartbeatInput) (Code, string) {
 	switch {
@@ -72,6 +100,9 @@ func (g *Group) validate(in HeartbeatInput) (Code, string) {
 		case in.SubscribedTopicNames == nil && (in.SubscribedTopicRegex == nil || *in.SubscribedTopicRegex == ""):
 			return ErrInvalidRequest, "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining."
 		}
+	}
+	if n := memberRecordSize(in); n > MaxMemberRecordBytes {
+		return ErrUnknownServerError, fmt.Sprintf("The member's metadata (%d bytes of subscribed topic names, regex, rack, ids and owned partitions) is larger than a group record may be (%d bytes).", n, MaxMemberRecordBytes)
 	}
 	if in.SubscribedTopicRegex != nil && *in.SubscribedTopicRegex != "" {
 		if _, err := regexp.Compile(*in.SubscribedTopicRegex); err != nil {

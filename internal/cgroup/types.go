@@ -28,6 +28,7 @@ var (
 	ErrUnsupportedAssignor    = Code(kerr.UnsupportedAssignor.Code)
 	ErrStaleMemberEpoch       = Code(kerr.StaleMemberEpoch.Code)
 	ErrInvalidRegex           = Code(kerr.InvalidRegularExpression.Code)
+	ErrUnknownServerError     = Code(kerr.UnknownServerError.Code)
 	ErrUnsupportedVersion     = Code(kerr.UnsupportedVersion.Code)
 	ErrNonEmptyGroup          = Code(kerr.NonEmptyGroup.Code)
 	ErrGroupIDNotFound        = Code(kerr.GroupIDNotFound.Code)
