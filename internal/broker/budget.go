@@ -2,6 +2,9 @@ package broker
 
 import (
 	"context"
+	"runtime/debug"
+	"sync"
+	"time"
 
 	"golang.org/x/sync/semaphore"
 )
@@ -22,6 +25,12 @@ const largeFrame = 1 << 20
 type requestBudget struct {
 	all   *semaphore.Weighted
 	large *semaphore.Weighted
+
+	// trim gives the memory of large requests back to the system once
+	// they are answered (giveBack).
+	trimMu   sync.Mutex
+	trimmed  time.Time
+	trimWait bool
 }
 
 func newRequestBudget(total, maxFrame int64) *requestBudget {
@@ -69,6 +78,35 @@ func (b *requestBudget) ReleaseOf(size, n int64) {
 		b.large.Release(n)
 	}
 	b.all.Release(n)
+	if n >= giveBackFrame {
+		b.giveBack()
+	}
+}
+
+// giveBackFrame: a request this large, once answered, makes the broker
+// return its free memory to the system soon after (giveBack).
+const giveBackFrame = 8 << 20
+
+// giveBack returns the process's free memory to the system a second after
+// a large request was answered, at most once every ten seconds. Go keeps
+// freed heap until a collection that may be minutes away on an idle
+// broker: a burst of large requests (a flood of huge subscriptions,
+// refused) would otherwise leave the process hundreds of MB larger for
+// that long.
+func (b *requestBudget) giveBack() {
+	b.trimMu.Lock()
+	defer b.trimMu.Unlock()
+	if b.trimWait {
+		return
+	}
+	b.trimWait = true
+	wait := max(time.Second, 10*time.Second-time.Since(b.trimmed))
+	time.AfterFunc(wait, func() {
+		debug.FreeOSMemory()
+		b.trimMu.Lock()
+		b.trimmed, b.trimWait = time.Now(), false
+		b.trimMu.Unlock()
+	})
 }
 
 // Release gives back a whole frame of size bytes (what a read frame holds).
