@@ -27,7 +27,9 @@ func seedFrame(req kmsg.Request) []byte {
 
 // FuzzDispatch feeds arbitrary frames through decoding and every handler:
 // no input panics the broker or leaves a request unanswered, and every
-// response encodes.
+// response encodes. Its seeds are a request of every served API at every
+// served version, in the shape kmsg builds (its defaults), beside a few
+// filled-in ones; scripts/test.sh fuzzes from them for a bounded time.
 func FuzzDispatch(f *testing.F) {
 	// One broker for every input of this fuzz process.
 	b := newBroker(f, Config{ID: 0, DataDir: f.TempDir(), Listen: "127.0.0.1:0", AutoCreateTopics: true,
@@ -66,6 +68,19 @@ func FuzzDispatch(f *testing.F) {
 	tx := "tx"
 	init.TransactionalID, init.TransactionTimeoutMillis = &tx, 1000
 	f.Add(seedFrame(init))
+	for _, k := range SupportedVersions() {
+		for v := k.MinVersion; v <= k.MaxVersion; v++ {
+			req := kmsg.RequestForKey(k.ApiKey)
+			if req == nil {
+				continue
+			}
+			req.SetVersion(v)
+			if d, ok := req.(interface{ Default() }); ok {
+				d.Default()
+			}
+			f.Add(seedFrame(req))
+		}
+	}
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		if len(frame) < 8 {
 			return
