@@ -52,7 +52,10 @@ go test -race -count=1 -timeout 20m ./... 2>&1 | tee /tmp/kaas-test.log
 # Whole requests of every served API, from kmsg's shapes, mutated: no
 # input panics a broker or goes unanswered (broker.FuzzDispatch; bounded).
 log "fuzzing requests of every served API (60 s)"
-go test -run '^$' -fuzz '^FuzzDispatch$' -fuzztime 60s -parallel 2 ./internal/broker 2>&1 | tail -3 | tee -a /tmp/kaas-test.log
+if ! go test -run '^$' -fuzz '^FuzzDispatch$' -fuzztime 60s -parallel 2 ./internal/broker >/tmp/kaas-fuzz.log 2>&1; then
+  cat /tmp/kaas-fuzz.log; exit 1
+fi
+tail -2 /tmp/kaas-fuzz.log | tee -a /tmp/kaas-test.log
 
 # The group APIs answered as Apache Kafka answers: the same raw requests to
 # kaas and to the reference cluster (three KRaft JVMs), answers compared
