@@ -761,6 +761,18 @@ var protoCases = []protoCase{
 		})
 		e.hb("negative epoch", 1, &cmember{id: "x", epoch: -3}, nil)
 	}},
+	{"oversized-subscription", func(e *protoEnv) {
+		// A member's metadata is one record of __consumer_offsets on
+		// Kafka, at most message.max.bytes (1 MiB); 50,000 names of 206
+		// bytes are 10 MB (docs/operations.md, "Limits").
+		names := make([]string, 50000)
+		for i := range names {
+			names[i] = fmt.Sprintf("%s-%05d", strings.Repeat("t", 200), i)
+		}
+		e.hb("10 MB of topic names", 1, newMember(e, "a"), func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.SubscribedTopicNames = names })
+		e.hb("100 of them", 1, newMember(e, "b"), func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.SubscribedTopicNames = names[:100] })
+		e.describe("describe")
+	}},
 	{"join-range-and-unknown-topic", func(e *protoEnv) {
 		a, b := newMember(e, "a"), newMember(e, "b")
 		e.hb("range", 1, a, func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.ServerAssignor = str("range") })
