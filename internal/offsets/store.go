@@ -223,10 +223,12 @@ func (s *Store) Resident() []string {
 }
 
 // DeleteTopic removes every offset of topic from every group file in the
-// directory. fence returns the stamp to write a group with; ok=false skips the
-// group (this broker does not coordinate it). Groups that were not resident are
-// evicted again afterwards. It reads the directory and the files that are not
-// resident; it returns the first error after trying every group.
+// directory that this broker coordinates. owner returns the stamp to write
+// a group with; ok=false skips the group (this broker does not coordinate
+// it), before its file is read. Groups that were not resident are evicted
+// again afterwards. It reads the directory, and the file of each group it
+// coordinates that is not resident (and of each hashed long name, whose id
+// is in the file); it returns the first error after trying every group.
 func (s *Store) DeleteTopic(ctx context.Context, topic string, owner func(group string) (Owner, bool)) error {
 	entries, err := s.fs.ReadDir(s.dir)
 	if err != nil {
@@ -241,11 +243,9 @@ func (s *Store) DeleteTopic(ctx context.Context, topic string, owner func(group 
 		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, fileSuffix) {
 			continue
 		}
-		path := filepath.Join(s.dir, name)
 		group, ok := GroupFromFileName(name)
-		var disk *decoded // the file's content when already read
-		if !ok {          // hashed name: the id is in the file
-			d, err := s.readDecoded(path)
+		if !ok { // hashed name: the id is in the file
+			d, err := s.readDecoded(filepath.Join(s.dir, name))
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
@@ -256,7 +256,14 @@ func (s *Store) DeleteTopic(ctx context.Context, topic string, owner func(group 
 			if !d.hasGroup || FileName(d.group) != name {
 				continue // not a group file of this store
 			}
-			group, disk = d.group, &d
+			if d.st.topics[topic] == nil {
+				continue
+			}
+			group = d.group
+		}
+		own, mine := owner(group)
+		if !mine {
+			continue
 		}
 		s.mu.Lock()
 		g := s.groups[group]
@@ -271,26 +278,8 @@ func (s *Store) DeleteTopic(ctx context.Context, topic string, owner func(group 
 				continue
 			}
 		}
-		if !resident {
-			if disk == nil {
-				d, err := s.readDecoded(path)
-				if errors.Is(err, fs.ErrNotExist) {
-					continue
-				}
-				if err != nil {
-					first = cmpErr(first, err)
-					continue
-				}
-				disk = &d
-			}
-			if disk.st.topics[topic] == nil {
-				continue
-			}
-		}
-		own, mine := owner(group)
-		if !mine {
-			continue
-		}
+		// Not resident: the request loads the file (one read) and writes
+		// only if the topic had offsets there.
 		err := s.submit(ctx, group, &request{kind: opDeleteTopic, own: own, topic: topic})
 		if err != nil {
 			first = cmpErr(first, err)

@@ -598,3 +598,44 @@ func TestLateWriteOfAFormerOwnerIsWrittenOver(t *testing.T) {
 		t.Fatalf("on disk after the touch: %v under %v", disk, fence)
 	}
 }
+
+// DeleteTopic read every group file in the folder, then asked whether this
+// broker coordinates the group: on a cluster of N brokers, N times the
+// reads needed, on every broker, for every deleted topic. It now reads
+// only the files of the groups this broker coordinates (a hashed long name
+// is the exception: its id is in the file).
+func TestDeleteTopicReadsOnlyTheGroupsItCoordinates(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	w := open(t, dir, nil)
+	for i := range 30 {
+		if err := w.Commit(ctx, fmt.Sprintf("g%02d", i), f1, map[TP]Offset{{"gone", 0}: off(1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ffs := &faultFS{}
+	var reads atomic.Int64
+	ffs.setFail(func(op, path string) error {
+		if op == "read" {
+			reads.Add(1)
+		}
+		return nil
+	})
+	s := open(t, dir, ffs)
+	mine := func(g string) (Owner, bool) { return f1, g < "g10" } // 10 of the 30
+	if err := s.DeleteTopic(ctx, "gone", mine); err != nil {
+		t.Fatal(err)
+	}
+	if n := reads.Load(); n > 10 {
+		t.Fatalf("%d group files read to delete a topic from the 10 this store coordinates", n)
+	}
+	for i := range 30 {
+		got, err := open(t, dir, nil).Load(fmt.Sprintf("g%02d", i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, has := got[TP{"gone", 0}]; has != (i >= 10) {
+			t.Fatalf("group g%02d: offsets of the deleted topic %v", i, got)
+		}
+	}
+}
