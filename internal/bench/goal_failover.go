@@ -43,28 +43,10 @@ func (failoverGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 	}
 	gc := group.DefaultConfig()
 	gc.InitialRebalanceDelay = 0
-	nodes := make([]*node.Node, 3)
-	defer func() {
-		for _, n := range nodes {
-			if n != nil {
-				n.Kill()
-			}
-		}
-	}()
-	errs := make(chan error, 3)
-	for i := range nodes {
-		go func() {
-			n, err := node.Start(node.Config{Broker: broker.Config{ID: int32(i), DataDir: dir, Listen: "127.0.0.1:0",
-				Logger: env.Log.With("target", fmt.Sprintf("kaas-cluster-%d", i))},
-				DeadAfter: deadAfter, Group: &gc, ReadyTimeout: 30 * time.Second})
-			nodes[i] = n
-			errs <- err
-		}()
-	}
-	for range nodes {
-		if err := <-errs; err != nil {
-			return nil, fmt.Errorf("bench: failover cluster: %w", err)
-		}
+	nodes, err := startThree(env, dir, deadAfter, &gc)
+	defer killAll(nodes)
+	if err != nil {
+		return nil, fmt.Errorf("bench: failover cluster: %w", err)
 	}
 	var addrs []string
 	for _, n := range nodes {
@@ -151,4 +133,37 @@ func (failoverGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 	return []Row{AtMost(g, "failover: group commits again after kill -9 of its coordinator, vs detection + heartbeat + 1 s",
 		"ms", float64(took.Milliseconds()), float64(bound.Milliseconds()), RefSpec, 1.0,
 		fmt.Sprintf("3 in-process brokers, dead after %v, franz-go heartbeat %v; coordinator %d killed (not the controller)", deadAfter, heartbeat, victim))}, nil
+}
+
+// startThree starts a three-broker kaas cluster in this process over dir
+// (dead after deadAfter; gc nil: Kafka's group defaults), the way the
+// failover goals need it; killAll stops what it started, also on error.
+func startThree(env *Env, dir string, deadAfter time.Duration, gc *group.Config) ([]*node.Node, error) {
+	nodes := make([]*node.Node, 3)
+	errs := make(chan error, len(nodes))
+	for i := range nodes {
+		go func() {
+			n, err := node.Start(node.Config{Broker: broker.Config{ID: int32(i), DataDir: dir, Listen: "127.0.0.1:0",
+				Logger: env.Log.With("target", fmt.Sprintf("kaas-cluster-%d", i))},
+				DeadAfter: deadAfter, Group: gc, ReadyTimeout: 30 * time.Second})
+			nodes[i] = n
+			errs <- err
+		}()
+	}
+	var first error
+	for range nodes {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return nodes, first
+}
+
+// killAll stops the nodes still running (node.Kill).
+func killAll(nodes []*node.Node) {
+	for _, n := range nodes {
+		if n != nil {
+			n.Kill()
+		}
+	}
 }

@@ -9,9 +9,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/kaas-dev/kaas/internal/broker"
-	"github.com/kaas-dev/kaas/internal/node"
 )
 
 func init() { Register(failoverGroupsGoal{}) }
@@ -46,28 +43,10 @@ func (failoverGroupsGoal) Run(ctx context.Context, env *Env) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	nodes := make([]*node.Node, 3)
-	defer func() {
-		for _, n := range nodes {
-			if n != nil {
-				n.Kill()
-			}
-		}
-	}()
-	errs := make(chan error, 3)
-	for i := range nodes {
-		go func() {
-			n, err := node.Start(node.Config{Broker: broker.Config{ID: int32(i), DataDir: dir, Listen: "127.0.0.1:0",
-				Logger: env.Log.With("target", fmt.Sprintf("kaas-cluster-%d", i))},
-				DeadAfter: deadAfter, ReadyTimeout: 30 * time.Second})
-			nodes[i] = n
-			errs <- err
-		}()
-	}
-	for range nodes {
-		if err := <-errs; err != nil {
-			return nil, fmt.Errorf("bench: failover-groups cluster: %w", err)
-		}
+	nodes, err := startThree(env, dir, deadAfter, nil)
+	defer killAll(nodes)
+	if err != nil {
+		return nil, fmt.Errorf("bench: failover-groups cluster: %w", err)
 	}
 	var addrs []string
 	for _, n := range nodes {

@@ -55,19 +55,26 @@ func TestClientErrorsAreCountedAndTheirLogLinesBounded(t *testing.T) {
 	if lines > 5 {
 		t.Fatalf("%d bad requests logged %d WARN lines", sent, lines)
 	}
+	counted := counterTotal(t, m, "kaas_client_errors_total")
+	if counted != sent {
+		t.Fatalf("kaas_client_errors_total counted %v of %d", counted, sent)
+	}
+}
+
+// counterTotal sums every series of the counter name in m.
+func counterTotal(t *testing.T, m *metrics.Broker, name string) float64 {
+	t.Helper()
 	fams, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var counted float64
+	var total float64
 	for _, f := range fams {
-		if f.GetName() == "kaas_client_errors_total" {
+		if f.GetName() == name {
 			for _, s := range f.GetMetric() {
-				counted += s.GetCounter().GetValue()
+				total += s.GetCounter().GetValue()
 			}
 		}
 	}
-	if counted != sent {
-		t.Fatalf("kaas_client_errors_total counted %v of %d", counted, sent)
-	}
+	return total
 }

@@ -44,18 +44,7 @@ func TestAPanickingRequestClosesItsConnectionOnly(t *testing.T) {
 			stillServes(t, b)
 		}
 	}
-	fams, err := m.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var counted float64
-	for _, f := range fams {
-		if f.GetName() == "kaas_request_panics_total" {
-			for _, s := range f.GetMetric() {
-				counted += s.GetCounter().GetValue()
-			}
-		}
-	}
+	counted := counterTotal(t, m, "kaas_request_panics_total")
 	if counted != 6 {
 		t.Fatalf("kaas_request_panics_total: %v, want 6", counted)
 	}
