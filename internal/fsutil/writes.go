@@ -48,10 +48,12 @@ func NewWrites() *Writes {
 }
 
 // OnChange sets the function called when a write ends and the oldest stamp
-// in flight changed. Call before the first Begin.
+// in flight changed.
 func (w *Writes) OnChange(f func()) {
 	if w != nil {
+		w.mu.Lock()
 		w.notify = f
+		w.mu.Unlock()
 	}
 }
 
