@@ -19,7 +19,10 @@ func (l *Log) SetOptions(o Options) {
 
 // EnforceRetention deletes whole segments, oldest first, that are past
 // retention time (by the segment's max timestamp) or size. It never deletes
-// the active segment or one holding data above the high watermark. It
+// one holding data above the high watermark. When every segment is past
+// retention time, the active one included (a quiet topic, which never fills
+// a segment), it rolls a new empty active segment first and deletes them
+// all, as Kafka does: the log start offset becomes the end offset. It
 // persists the new LogStartOffset before deleting anything.
 func (l *Log) EnforceRetention() (deleted int, err error) {
 	l.mu.Lock()
@@ -48,6 +51,14 @@ func (l *Log) EnforceRetention() (deleted int, err error) {
 			break
 		}
 		total -= s.size
+	}
+	if n == len(l.segs)-1 && l.opts.RetentionMs >= 0 {
+		if a := l.active(); a.size > 0 && a.end <= hw && a.maxTs != math.MinInt64 && nowMs-a.maxTs > l.opts.RetentionMs {
+			if err := l.roll(); err != nil {
+				return 0, err
+			}
+			n = len(l.segs) - 1
+		}
 	}
 	if n == 0 {
 		return 0, nil
