@@ -616,9 +616,14 @@ func (b *Broker) partitionFor(topic string, idx int32) (*partition, error) {
 	}
 }
 
+// defaultSegmentMs is Kafka's log.roll.hours default, 7 days: a segment
+// rolls by age at most this long after its first batch.
+const defaultSegmentMs = 7 * 24 * 60 * 60 * 1000
+
 func (b *Broker) logOptions(t *topics.Topic, epoch int32) storage.Options {
 	return storage.Options{
 		SegmentBytes:    t.Int64("segment.bytes", b.cfg.DefaultSegmentBytes),
+		SegmentMs:       t.Int64("segment.ms", defaultSegmentMs),
 		RetentionMs:     t.Int64("retention.ms", b.cfg.DefaultRetentionMs),
 		RetentionBytes:  t.Int64("retention.bytes", b.cfg.DefaultRetentionBytes),
 		MaxMessageBytes: int32(t.Int64("max.message.bytes", int64(b.cfg.DefaultMaxMessageBytes))),

@@ -62,7 +62,7 @@ func (l *Log) newActive(base int64) error {
 		f.Close()
 		return err
 	}
-	l.segs = append(l.segs, &segment{base: base, end: base, syncedEnd: base, maxTs: math.MinInt64, log: l.opts.Files.pinned(path, f)})
+	l.segs = append(l.segs, &segment{base: base, end: base, syncedEnd: base, maxTs: math.MinInt64, firstTs: math.MinInt64, log: l.opts.Files.pinned(path, f)})
 	return nil
 }
 
@@ -227,7 +227,7 @@ func (l *Log) stamp(records []byte, headers []batchHeader, appendTime int64) []b
 // away; if even that fails the log refuses further appends. Runs under mu.
 func (l *Log) write(buf []byte, v validated) error {
 	seg := l.active()
-	if seg.size > 0 && seg.size+int64(len(buf)) > l.opts.SegmentBytes {
+	if seg.size > 0 && (seg.size+int64(len(buf)) > l.opts.SegmentBytes || l.rollDue(seg, v)) {
 		if err := l.roll(); err != nil {
 			return err
 		}
@@ -243,6 +243,9 @@ func (l *Log) write(buf []byte, v validated) error {
 		return err
 	}
 	pos := seg.size
+	if pos == 0 && len(v.headers) > 0 {
+		seg.firstTs = v.headers[0].MaxTimestamp
+	}
 	for i := range v.headers {
 		h := &v.headers[i]
 		if n := len(seg.mem); n == 0 || pos-seg.mem[n-1].pos >= l.opts.indexInterval {
@@ -257,6 +260,16 @@ func (l *Log) write(buf []byte, v validated) error {
 	}
 	l.leo.Store(v.next)
 	return nil
+}
+
+// rollDue reports whether the batches of v are segment.ms or more past the
+// first batch of seg (Kafka compares the incoming batch's max timestamp
+// with the segment's first).
+func (l *Log) rollDue(seg *segment, v validated) bool {
+	if l.opts.SegmentMs <= 0 || seg.firstTs == math.MinInt64 || len(v.headers) == 0 {
+		return false
+	}
+	return v.headers[len(v.headers)-1].MaxTimestamp-seg.firstTs >= l.opts.SegmentMs
 }
 
 // roll closes the active segment (fsync, index written) and starts a new

@@ -21,7 +21,11 @@ const (
 
 // Options configure a Log. Zero values mean the defaults noted.
 type Options struct {
-	SegmentBytes    int64            // roll a new segment past this size; 0 = 128 MiB
+	SegmentBytes int64 // roll a new segment past this size; 0 = 128 MiB
+	// SegmentMs (segment.ms) rolls a new segment when a batch's max
+	// timestamp is this far past the first batch of the active segment,
+	// as Kafka does; 0 or less = by size only.
+	SegmentMs       int64
 	RetentionMs     int64            // -1 = keep forever (0 = delete every closed segment)
 	RetentionBytes  int64            // -1 = unlimited (per partition)
 	MaxMessageBytes int32            // max size of one batch; 0 = 1048588

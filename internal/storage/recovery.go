@@ -189,7 +189,7 @@ func (l *Log) loadSegments(lso int64, takeover bool) error {
 // applies its seal and recovers its summary, from the index when it checks
 // out, else by a full scan (scanned=true).
 func (l *Log) openSegment(base int64) (seg *segment, scanned bool, err error) {
-	s := &segment{base: base, log: l.opts.Files.file(filepath.Join(l.dir, segmentName(base, logSuffix))), maxTs: math.MinInt64}
+	s := &segment{base: base, log: l.opts.Files.file(filepath.Join(l.dir, segmentName(base, logSuffix))), maxTs: math.MinInt64, firstTs: math.MinInt64}
 	defer func() {
 		if err != nil {
 			s.retire()

@@ -12,6 +12,7 @@ func (l *Log) SetOptions(o Options) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.opts.SegmentBytes = o.SegmentBytes
+	l.opts.SegmentMs = o.SegmentMs
 	l.opts.RetentionMs = o.RetentionMs
 	l.opts.RetentionBytes = o.RetentionBytes
 	l.opts.MaxMessageBytes = o.MaxMessageBytes

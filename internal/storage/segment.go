@@ -20,11 +20,15 @@ type indexEntry struct {
 // active segment's .log is pinned open for writing; a closed segment's files
 // are opened on demand and may be closed by the pool between reads.
 type segment struct {
-	base   int64
-	end    int64 // next offset after the last batch (== base when empty)
-	size   int64 // bytes of whole batches: the limit every reader respects
-	maxTs  int64 // largest batch maxTimestamp, math.MinInt64 when empty
-	sealed bool  // a .seal file bounds it: never written again
+	base  int64
+	end   int64 // next offset after the last batch (== base when empty)
+	size  int64 // bytes of whole batches: the limit every reader respects
+	maxTs int64 // largest batch maxTimestamp, math.MinInt64 when empty
+	// firstTs is the max timestamp of the segment's first batch, what
+	// segment.ms counts from (math.MinInt64: empty, or not known for a
+	// segment recovered at Open, which then rolls by size only).
+	firstTs int64
+	sealed  bool // a .seal file bounds it: never written again
 	// syncedSize and syncedEnd: the bytes and the end offset the last
 	// successful fsync of the active segment covered (what a failed fsync
 	// cuts back to, without reading pages the failure may have lost).
