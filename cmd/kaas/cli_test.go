@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,12 +9,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kaas-dev/kaas/internal/proctest"
+	"github.com/kaas-dev/kaas/internal/testutil"
 )
 
 // buildKaas builds this command into a temp dir.
@@ -150,7 +149,7 @@ func checkDevLog(t *testing.T, run, log string) {
 // devProc is a running kaas dev.
 type devProc struct {
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
+	stderr *testutil.LockedBuffer
 	exited chan struct{} // closed when the process has ended
 	err    error         // its exit, once exited is closed
 }
@@ -176,7 +175,7 @@ func startDev(t *testing.T, bin string, n int, args ...string) *devProc {
 	for try := 1; ; try++ {
 		port := proctest.FreePorts(t, n)
 		cmd := exec.Command(bin, append([]string{"dev", "--brokers", fmt.Sprint(n), "--port", fmt.Sprint(port), "--admin-port", "0"}, args...)...)
-		d := &devProc{cmd: cmd, stderr: &lockedBuffer{}, exited: make(chan struct{})}
+		d := &devProc{cmd: cmd, stderr: &testutil.LockedBuffer{}, exited: make(chan struct{})}
 		cmd.Stderr = d.stderr
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
@@ -216,23 +215,4 @@ func startDev(t *testing.T, bin string, n int, args ...string) *devProc {
 			t.Fatalf("kaas dev did not start in 60s:\n%s", d.stderr.String())
 		}
 	}
-}
-
-// lockedBuffer is a bytes.Buffer that the process's stderr copier and
-// the test may use at once.
-type lockedBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -1,42 +1,23 @@
 package broker
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kaas-dev/kaas/internal/metrics"
+	"github.com/kaas-dev/kaas/internal/testutil"
 )
-
-// lockedBuffer is a log sink shared by the broker's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // Defect: every bad request a client sent logged a WARN line, with no
 // bound: a client could fill the broker's log. Client errors are now
 // logged at most once a second (with how many were left out) and all
 // counted in kaas_client_errors_total.
 func TestClientErrorsAreCountedAndTheirLogLinesBounded(t *testing.T) {
-	logs := &lockedBuffer{}
+	logs := &testutil.LockedBuffer{}
 	m := metrics.New()
 	b := startBroker(t, t.TempDir(), func(c *Config) {
 		c.Metrics = m

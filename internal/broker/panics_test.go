@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kaas-dev/kaas/internal/metrics"
+	"github.com/kaas-dev/kaas/internal/testutil"
 	"github.com/kaas-dev/kaas/internal/wire"
 )
 
@@ -22,7 +23,7 @@ func TestAPanickingRequestClosesItsConnectionOnly(t *testing.T) {
 	key := kmsg.ListGroups.Int16()
 	orig := apis[key]
 	t.Cleanup(func() { apis[key] = orig })
-	logs := &lockedBuffer{}
+	logs := &testutil.LockedBuffer{}
 	m := metrics.New()
 	b := startBroker(t, t.TempDir(), func(c *Config) {
 		c.Metrics = m

@@ -1,9 +1,12 @@
 // Package testutil holds what kaas's tests share: waiting on a condition
-// instead of sleeping. It is imported by tests and test harnesses only.
+// instead of sleeping, and a buffer goroutines may write at once. It is
+// imported by tests and test harnesses only.
 package testutil
 
 import (
+	"bytes"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
@@ -30,4 +33,23 @@ func WaitFor(t testing.TB, timeout time.Duration, cond func() error) {
 	if err := Poll(timeout, cond); err != nil {
 		t.Fatalf("condition not met: %v", err)
 	}
+}
+
+// LockedBuffer is a bytes.Buffer that several goroutines may use at once:
+// a process's output copier or a logger, and the test reading it.
+type LockedBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+func (l *LockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *LockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
