@@ -23,26 +23,27 @@ type panicLog struct {
 
 // safeDispatch is dispatch with a panic of the handler recovered: ok is
 // false and the connection must be closed.
-func (b *Broker) safeDispatch(ctx context.Context, c *conn, req wire.Request) (finish func() kmsg.Response, ok bool) {
-	defer func() {
-		if r := recover(); r != nil {
-			b.handlerPanicked(c, req.Key, r)
-			finish, ok = nil, false
-		}
-	}()
-	return b.dispatch(ctx, c, req), true
+func (b *Broker) safeDispatch(ctx context.Context, c *conn, req wire.Request) (func() kmsg.Response, bool) {
+	return recovered(b, c, req.Key, func() func() kmsg.Response { return b.dispatch(ctx, c, req) })
 }
 
 // safeFinish runs a pending answer's finish with a panic recovered: ok is
 // false and the connection must be closed.
-func (b *Broker) safeFinish(c *conn, p pending) (resp kmsg.Response, ok bool) {
+func (b *Broker) safeFinish(c *conn, p pending) (kmsg.Response, bool) {
+	return recovered(b, c, p.key, p.finish)
+}
+
+// recovered runs f, the handling of a request of API key; a panic in it is
+// reported (handlerPanicked) and makes ok false.
+func recovered[T any](b *Broker, c *conn, key int16, f func() T) (v T, ok bool) {
 	defer func() {
 		if r := recover(); r != nil {
-			b.handlerPanicked(c, p.key, r)
-			resp, ok = nil, false
+			b.handlerPanicked(c, key, r)
+			var zero T
+			v, ok = zero, false
 		}
 	}()
-	return p.finish(), true
+	return f(), true
 }
 
 func (b *Broker) handlerPanicked(c *conn, key int16, r any) {

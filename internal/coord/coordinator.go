@@ -529,18 +529,26 @@ func (c *Coordinator) setAside(group string) error {
 	if name == "" {
 		return ErrLoadInProgress // the file decodes now: the retry deletes it
 	}
+	c.dropDeleted(group, c.resident(group))
+	return nil
+}
+
+// dropDeleted unloads s, the shell of a group just deleted (nil: none), and
+// reports whether it had a completed generation or epoch.
+func (c *Coordinator) dropDeleted(group string, s *shell) (hadMembership bool) {
+	if s == nil {
+		return false
+	}
 	c.mu.Lock()
-	s := c.groups[group]
-	if s != nil {
+	if c.groups[group] == s {
 		delete(c.groups, group)
 	}
 	c.mu.Unlock()
-	if s != nil {
-		s.mu.Lock()
-		s.unload()
-		s.mu.Unlock()
-	}
-	return nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hadMembership = (s.member != nil && s.member.generation() > 0) || (s.consumer != nil && s.consumer.core.Epoch() > 0)
+	s.unload()
+	return hadMembership
 }
 
 // DeleteGroup deletes an Empty group and its committed offsets, including a
@@ -576,18 +584,7 @@ func (c *Coordinator) DeleteGroup(ctx context.Context, group string) error {
 	if err != nil {
 		return storeErr(group, err)
 	}
-	hadMembership := false
-	if s != nil {
-		c.mu.Lock()
-		if c.groups[group] == s {
-			delete(c.groups, group)
-		}
-		c.mu.Unlock()
-		s.mu.Lock()
-		hadMembership = (s.member != nil && s.member.generation() > 0) || (s.consumer != nil && s.consumer.core.Epoch() > 0)
-		s.unload()
-		s.mu.Unlock()
-	}
+	hadMembership := c.dropDeleted(group, s)
 	if !existed && !hadMembership {
 		return ErrGroupNotFound
 	}

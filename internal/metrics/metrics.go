@@ -119,10 +119,7 @@ func (m *Broker) Request(key, version int16, resp kmsg.Response, d time.Duration
 	if m == nil {
 		return
 	}
-	api, ver := "unknown", "unsupported"
-	if key >= 0 {
-		api = kmsg.NameForKey(key)
-	}
+	api, ver := apiLabel(key), "unsupported"
 	if version >= 0 {
 		ver = strconv.Itoa(int(version))
 	}
@@ -235,11 +232,15 @@ func (m *Broker) RequestPanic(key int16) {
 	if m == nil {
 		return
 	}
-	api := "unknown"
-	if key >= 0 {
-		api = kmsg.NameForKey(key)
+	m.panics.WithLabelValues(apiLabel(key)).Inc()
+}
+
+// apiLabel is the api label of key: its Kafka name, "unknown" for -1.
+func apiLabel(key int16) string {
+	if key < 0 {
+		return "unknown"
 	}
-	m.panics.WithLabelValues(api).Inc()
+	return kmsg.NameForKey(key)
 }
 
 // ClientError records a connection closed for what its client sent; kind is

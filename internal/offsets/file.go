@@ -27,8 +27,7 @@ func (s *Store) refresh(g *groupState) error {
 			return nil
 		}
 		s.log.Info("offsets: group file removed by another writer", "group", g.id)
-		g.st, g.fence, g.onDisk, g.fi, g.txns, g.info, g.unstamped = state{}, Fence{}, false, fsutil.Version{}, nil, Retention{}, false
-		g.members = nil
+		g.setEmpty()
 		return nil
 	case err != nil:
 		return fmt.Errorf("offsets: stat %q: %w", g.id, err)
@@ -70,6 +69,13 @@ func (s *Store) refresh(g *groupState) error {
 	return nil
 }
 
+// setEmpty makes the group's memory that of a group with no file: loaded,
+// nothing committed, staged or recorded.
+func (g *groupState) setEmpty() {
+	g.st, g.fence, g.onDisk, g.fi, g.loaded, g.txns, g.info, g.unstamped = state{}, Fence{}, false, fsutil.Version{}, true, nil, Retention{}, false
+	g.members = nil
+}
+
 // kept is a group's in-memory state, set aside while the file is read.
 type kept struct {
 	st        state
@@ -92,8 +98,7 @@ func (k kept) restore(g *groupState) {
 func (s *Store) load(g *groupState) error {
 	data, fi, err := s.fs.ReadFile(g.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		g.st, g.fence, g.onDisk, g.fi, g.loaded, g.txns, g.info, g.unstamped = state{}, Fence{}, false, fsutil.Version{}, true, nil, Retention{}, false
-		g.members = nil
+		g.setEmpty()
 		return nil
 	}
 	if err != nil {
@@ -190,8 +195,7 @@ func (s *Store) setAside(g *groupState, own Owner) (string, error) {
 			return "", fmt.Errorf("offsets: move %q aside: sync dir: %w", g.id, err)
 		}
 	}
-	g.st, g.fence, g.onDisk, g.fi, g.loaded, g.txns, g.info, g.unstamped = state{}, Fence{}, false, fsutil.Version{}, true, nil, Retention{}, false
-	g.members = nil
+	g.setEmpty()
 	s.mu.Lock()
 	delete(s.corrupt, g.id)
 	s.mu.Unlock()
